@@ -1,0 +1,54 @@
+# Makefile for the inbox extension (PGXS)
+#
+#   make              build against the pg_config on PATH (or PG_CONFIG=...)
+#   make install      install into that PostgreSQL
+#   make installcheck pg_regress, isolation and TAP suites, each on its own
+#                     temporary instance (run as a non-root OS user)
+#   make test         everything above, from a fresh Debian 12 machine, as root
+#   make demo         the at-least-once scenario on a throwaway cluster
+#   make bench        pgbench ratios against hand-written SQL baselines
+
+EXTENSION = inbox
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
+
+MODULE_big = inbox
+OBJS = \
+	src/inbox.o \
+	src/claim.o \
+	src/keys.o
+
+DATA = $(wildcard sql/inbox--*.sql)
+
+# -Wno-unused-parameter: PostgreSQL's own headers (bufpage.h) trip it.
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
+
+# pg_regress: inputs in sql/, expected output in expected/
+REGRESS = setup claim errors status security
+REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
+
+# isolation specs and their expected output live under test/isolation/
+ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
+	claim_repeatable_read claim_serializable
+ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
+	--temp-config=test/inbox.conf
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+# The Debian package for PostgreSQL 15 is what the scripts install; any
+# other pg_config can be given on the command line.
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+ifneq ($(PGXS),)
+include $(PGXS)
+endif
+
+# These entry points work on a machine without PostgreSQL's build files:
+# test/run.sh installs what is missing first, then calls make again.
+.PHONY: test demo bench
+test:
+	@bash test/run.sh test
+demo:
+	@bash test/run.sh demo
+bench:
+	@bash test/run.sh bench

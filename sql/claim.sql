@@ -1,0 +1,160 @@
+--
+-- claim: the contract of inbox_claim in the caller's transaction
+--
+SET timezone = 'UTC';
+\set superuser :USER
+
+-- The API is callable unqualified with the default search_path.
+SHOW search_path;
+SELECT inbox_claim('billing', 'INVOIC-000123', sha256('payload 123'));
+
+-- A committed claim is a duplicate: false by default.
+SELECT inbox_claim('billing', 'INVOIC-000123', sha256('payload 123'));
+SELECT inbox_claim('billing', 'INVOIC-000123');   -- no hash: no content check
+
+-- The claim rolls back with the caller's transaction: no trace is left,
+-- so the redelivery is processed as new.
+BEGIN;
+SELECT inbox_claim('billing', 'INVOIC-000124', sha256('payload 124'));
+ROLLBACK;
+SELECT count(*) FROM inbox.entries WHERE message_id = 'INVOIC-000124';
+SELECT inbox_claim('billing', 'INVOIC-000124', sha256('payload 124'));
+
+-- A claim and the business effect commit together.
+CREATE TABLE invoices (id serial, message_id text, amount numeric);
+BEGIN;
+SELECT inbox_claim('billing', 'INVOIC-000125') AS fresh \gset
+\if :fresh
+INSERT INTO invoices (message_id, amount) VALUES ('INVOIC-000125', 10);
+\endif
+COMMIT;
+BEGIN;
+SELECT inbox_claim('billing', 'INVOIC-000125') AS fresh \gset
+\if :fresh
+INSERT INTO invoices (message_id, amount) VALUES ('INVOIC-000125', 10);
+\endif
+COMMIT;
+SELECT message_id, count(*) FROM invoices GROUP BY 1;
+
+-- A second claim inside the transaction that made the first is a duplicate.
+BEGIN;
+SELECT inbox_claim('billing', 'INVOIC-000126');
+SELECT inbox_claim('billing', 'INVOIC-000126');
+COMMIT;
+
+-- A claim undone by a rolled-back savepoint is gone; the next one wins.
+BEGIN;
+SAVEPOINT s;
+SELECT inbox_claim('billing', 'INVOIC-000127');
+ROLLBACK TO SAVEPOINT s;
+SELECT inbox_claim('billing', 'INVOIC-000127');
+COMMIT;
+
+-- Identity is (scope, message_id): other scopes process the same id.
+SELECT inbox_claim('inventory-reservation', 'INVOIC-000123');
+SELECT inbox_claim('inventory-reservation', 'INVOIC-000123');
+
+-- Keys compare byte-wise: case, accents in two normal forms, and
+-- trailing spaces all make different keys.
+SELECT inbox_claim('billing', 'invoic-000123');
+SELECT inbox_claim('billing', 'INVOIC-000123 ');
+SELECT inbox_claim('billing', U&'caf\00E9'), inbox_claim('billing', U&'cafe\0301');
+SELECT inbox_claim('Billing', 'INVOIC-000123');
+
+--
+-- Payload mismatch: IB002 whatever inbox.on_duplicate says, with both
+-- hashes and the first-received time.
+--
+SELECT regress.try($$SELECT inbox_claim('billing', 'INVOIC-000123', sha256('tampered'))$$);
+SET inbox.on_duplicate = raise;
+SELECT regress.try($$SELECT inbox_claim('billing', 'INVOIC-000123', sha256('tampered'))$$);
+RESET inbox.on_duplicate;
+\set VERBOSITY terse
+SELECT inbox_claim('billing', 'INVOIC-000123', sha256('tampered'));
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+-- The stored entry is unchanged by the rejected delivery.
+SELECT payload_hash = sha256('payload 123') AS unchanged
+FROM inbox.entries WHERE scope = 'billing' AND message_id = 'INVOIC-000123';
+-- A NULL on either side skips the content check (documented).
+SELECT inbox_claim('billing', 'INVOIC-000125', sha256('anything'));
+SELECT inbox_claim('billing', 'INVOIC-000123', NULL);
+-- The mismatch is also caught inside the claiming transaction.
+BEGIN;
+SELECT inbox_claim('billing', 'INVOIC-000128', sha256('one'));
+SELECT regress.try($$SELECT inbox_claim('billing', 'INVOIC-000128', sha256('two'))$$);
+ROLLBACK;
+
+--
+-- inbox.on_duplicate: return (default) or raise IB001.
+--
+SHOW inbox.on_duplicate;
+SET inbox.on_duplicate = raise;
+SELECT regress.try($$SELECT inbox_claim('billing', 'INVOIC-000123', sha256('payload 123'))$$);
+-- The full message as a consumer sees it.
+\set VERBOSITY terse
+SELECT inbox_claim('billing', 'INVOIC-000123');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+-- First claims still return true under raise.
+SELECT inbox_claim('billing', 'INVOIC-000129');
+RESET inbox.on_duplicate;
+
+-- SET LOCAL lasts for one transaction.
+BEGIN;
+SET LOCAL inbox.on_duplicate = raise;
+SELECT regress.try($$SELECT inbox_claim('billing', 'INVOIC-000123')$$);
+COMMIT;
+SELECT inbox_claim('billing', 'INVOIC-000123');
+
+-- Per role and per database.
+CREATE ROLE inbox_regress_raiser LOGIN;
+ALTER ROLE inbox_regress_raiser SET inbox.on_duplicate = raise;
+GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea) TO inbox_regress_raiser;
+SET ROLE inbox_regress_raiser;
+SHOW inbox.on_duplicate;   -- SET ROLE does not apply role settings
+RESET ROLE;
+\c - inbox_regress_raiser
+SHOW inbox.on_duplicate;
+SELECT regress.try($$SELECT inbox_claim('billing', 'INVOIC-000123')$$);
+\c - :superuser
+ALTER DATABASE :DBNAME SET inbox.on_duplicate = raise;
+\c
+SET timezone = 'UTC';
+SHOW inbox.on_duplicate;
+ALTER DATABASE :DBNAME RESET inbox.on_duplicate;
+\c
+SET timezone = 'UTC';
+SHOW inbox.on_duplicate;
+DROP OWNED BY inbox_regress_raiser;
+DROP ROLE inbox_regress_raiser;
+
+-- Settings are checked: bad values and unknown inbox.* names are refused.
+SET inbox.on_duplicate = 'ignore';
+SET inbox.claim_timeout = -1;
+SET inbox.claim_timeout = '1 fortnight';
+SET inbox.claim_timeout = '2s';
+SHOW inbox.claim_timeout;
+RESET inbox.claim_timeout;
+SET inbox.no_such_setting = 1;
+
+--
+-- Storage: a partitioned table whose unique index arbitrates.
+--
+SELECT c.relname, c.relkind, pg_get_partkeydef(c.oid) AS partkey
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'inbox' AND c.relname = 'entries';
+SELECT count(*) AS leaves FROM pg_inherits WHERE inhparent = 'inbox.entries'::regclass;
+SELECT indexrelid::regclass, indisunique, indisprimary
+FROM pg_index WHERE indrelid = 'inbox.entries'::regclass ORDER BY 1;
+SELECT attname, collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+WHERE attrelid = 'inbox.entries'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT attname, format_type(atttypid, atttypmod) AS type, attnotnull
+FROM pg_attribute WHERE attrelid = 'inbox.entries'::regclass AND attnum > 0 ORDER BY attnum;
+-- Every leaf is kept by pg_dump.
+SELECT unnest(extconfig)::regclass AS dumped FROM pg_extension WHERE extname = 'inbox' ORDER BY 1;
+-- The received time and the hash are stored.
+SELECT scope, message_id, received_at <= now() AS received_at_set, payload_hash IS NOT NULL AS hashed, state
+FROM inbox.entries WHERE message_id IN ('INVOIC-000123', 'INVOIC-000124') ORDER BY 1, 2;
+-- Keys are spread over the leaves.
+SELECT count(DISTINCT tableoid) > 1 AS spread FROM inbox.entries;

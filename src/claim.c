@@ -1,0 +1,388 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *	  inbox_claim and inbox_status: record in the caller's transaction that
+ *	  a message is being processed, and report what is recorded.
+ *
+ * The unique index on (scope, message_id) is the only arbiter.  A claim is
+ * an INSERT ... ON CONFLICT DO NOTHING run through SPI, so that the
+ * executor does what it does for any unique insert:
+ *
+ *	- no conflicting entry: the row is inserted and commits or aborts with
+ *	  the caller's transaction;
+ *	- a conflicting entry whose inserter is still in progress: the executor
+ *	  waits for that transaction to end, then inserts (it aborted) or
+ *	  reports the conflict (it committed).  An uncommitted claim is thus
+ *	  never mistaken for a processed message;
+ *	- a committed conflicting entry: nothing is written, and only then do
+ *	  we read the entry, to compare payload hashes and report the duplicate.
+ *
+ * Under REPEATABLE READ and SERIALIZABLE, a conflicting entry committed
+ * after the caller's snapshot was taken makes the executor raise 40001
+ * (serialization failure), which is the right answer: the caller retries
+ * the whole transaction, and the retry sees the duplicate.
+ *
+ * Going through SPI rather than calling heap and index AMs directly keeps
+ * the claim working wherever the planner decides where rows live, such as
+ * when the inbox tables are distributed by Citus.
+ *
+ * src/claim.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "inbox.h"
+
+PG_FUNCTION_INFO_V1(inbox_claim);
+PG_FUNCTION_INFO_V1(inbox_status);
+
+/*
+ * How often a claim retries when its INSERT conflicted but the conflicting
+ * entry was gone by the time it looked (purged in between).  Each retry
+ * goes back to the index, so this only bounds a pathological loop.
+ */
+#define CLAIM_MAX_ATTEMPTS 10
+
+/*
+ * Plans kept for the life of the backend.  The plan cache re-plans them
+ * after DDL on the inbox tables (including DROP and CREATE EXTENSION), and
+ * they are always used under the function's pinned search_path.
+ */
+static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr lookup_plan = NULL;
+
+/*
+ * Keys are compared with COLLATE "C" explicitly: the key columns are "C",
+ * and without the clause a parameter's default collation would conflict
+ * with the column's.
+ */
+static const char *const insert_sql =
+"INSERT INTO inbox.entries (scope, message_id, payload_hash) "
+"VALUES ($1, $2, $3) "
+"ON CONFLICT (scope, message_id) DO NOTHING";
+
+static const char *const lookup_sql =
+"SELECT received_at, payload_hash, state FROM inbox.entries "
+"WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\" "
+"AND message_id OPERATOR(pg_catalog.=) $2 COLLATE pg_catalog.\"C\"";
+
+/* An entry as read back from inbox.entries, in SPI memory */
+typedef struct InboxEntry
+{
+	TimestampTz received_at;
+	bytea	   *payload_hash;	/* NULL if the claim gave none */
+	char		state;
+} InboxEntry;
+
+static SPIPlanPtr
+keep_plan(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s",
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+static void
+prepare_plans(void)
+{
+	if (insert_plan == NULL)
+	{
+		Oid			types[3] = {TEXTOID, TEXTOID, BYTEAOID};
+
+		insert_plan = keep_plan(insert_sql, 3, types);
+	}
+	if (lookup_plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+
+		lookup_plan = keep_plan(lookup_sql, 2, types);
+	}
+}
+
+static const char *
+state_name(char state)
+{
+	switch (state)
+	{
+		case 'p':
+			return "pending";
+		case 'r':
+			return "processing";
+		case 'd':
+			return "done";
+		case 'x':
+			return "dead";
+	}
+	elog(ERROR, "unexpected inbox entry state \"%c\"", state);
+	return NULL;				/* keep compiler quiet */
+}
+
+/*
+ * Read the entry for (scope, message_id).  read_only = false gives the
+ * statement a fresh snapshot under READ COMMITTED, so it sees the entry of
+ * a concurrent claim whose commit our INSERT has just waited for.
+ */
+static bool
+lookup_entry(text *scope, text *message_id, InboxEntry *entry)
+{
+	Datum		values[2];
+	HeapTuple	tuple;
+	TupleDesc	tupdesc;
+	bool		isnull;
+	Datum		d;
+	int			rc;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(message_id);
+	rc = SPI_execute_plan(lookup_plan, values, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return false;
+
+	tuple = SPI_tuptable->vals[0];
+	tupdesc = SPI_tuptable->tupdesc;
+	entry->received_at = DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+	d = SPI_getbinval(tuple, tupdesc, 2, &isnull);
+	entry->payload_hash = isnull ? NULL : DatumGetByteaPP(d);
+	entry->state = DatumGetChar(SPI_getbinval(tuple, tupdesc, 3, &isnull));
+	return true;
+}
+
+/*
+ * Run the claim's INSERT under inbox.claim_timeout.  The timeout is applied
+ * as lock_timeout in a GUC nest level of its own, so it covers exactly this
+ * statement and is undone on success and on error alike; its expiry is
+ * reported as IB003 rather than as a generic lock timeout, because the
+ * caller asked for a bounded claim and must be able to tell "held by a
+ * concurrent claim, try later" from its other errors.
+ */
+static int
+insert_bounded(Datum *values, const char *nulls, text *scope, text *message_id)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int			nestlevel = NewGUCNestLevel();
+	char		timeout[32];
+	int			rc = 0;
+
+	snprintf(timeout, sizeof(timeout), "%d", inbox_claim_timeout);
+	(void) set_config_option("lock_timeout", timeout,
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_INBOX_CLAIM_IN_FLIGHT),
+				 errmsg("message \"%s\" in scope \"%s\" is being claimed by a concurrent transaction",
+						inbox_quote(message_id), inbox_quote(scope)),
+				 errdetail("The claim waited %d ms (inbox.claim_timeout) for a lock held by another transaction, "
+						   "most likely an uncommitted claim of the same message.",
+						   inbox_claim_timeout),
+				 errhint("Retry after that transaction ends: if it committed, the retry reports a duplicate; "
+						 "if it rolled back, the retry claims the message.")));
+	}
+	PG_END_TRY();
+	AtEOXact_GUC(true, nestlevel);
+	return rc;
+}
+
+/* Try to insert the claim; true if this call inserted it */
+static bool
+insert_entry(text *scope, text *message_id, bytea *payload_hash)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	int			rc;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(message_id);
+	values[2] = PointerGetDatum(payload_hash);
+	if (payload_hash == NULL)
+		nulls[2] = 'n';
+
+	if (inbox_claim_timeout > 0)
+		rc = insert_bounded(values, nulls, scope, message_id);
+	else
+		rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return SPI_processed == 1;
+}
+
+static bool
+hashes_equal(bytea *a, bytea *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/*
+ * The key exists and is committed (or ours): decide between a payload
+ * mismatch, a raised duplicate and a plain "false".  A mismatch is checked
+ * first and always raises, whatever inbox.on_duplicate says: the same id
+ * with different content is a producer bug, never a silent duplicate.
+ */
+static void
+report_duplicate(text *scope, text *message_id, bytea *payload_hash,
+				 InboxEntry *entry)
+{
+	if (payload_hash != NULL && entry->payload_hash != NULL &&
+		!hashes_equal(payload_hash, entry->payload_hash))
+		ereport(ERROR,
+				(errcode(ERRCODE_INBOX_PAYLOAD_MISMATCH),
+				 errmsg("message \"%s\" in scope \"%s\" was already received with a different payload",
+						inbox_quote(message_id), inbox_quote(scope)),
+				 errdetail("First received at %s with payload hash %s; this delivery has payload hash %s.",
+						   timestamptz_to_str(entry->received_at),
+						   inbox_hex(entry->payload_hash),
+						   inbox_hex(payload_hash)),
+				 errhint("The producer reused a message id for different content, or the two hashes were computed "
+						 "from different encodings of the payload. The stored entry is unchanged.")));
+
+	if (inbox_on_duplicate == INBOX_ON_DUPLICATE_RAISE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INBOX_DUPLICATE),
+				 errmsg("message \"%s\" in scope \"%s\" was already processed",
+						inbox_quote(message_id), inbox_quote(scope)),
+				 errdetail("It was first received at %s and is %s.",
+						   timestamptz_to_str(entry->received_at),
+						   state_name(entry->state)),
+				 errhint("This delivery is a redelivery: acknowledge it to the broker without applying its effect again.")));
+}
+
+/*
+ * inbox_claim(scope text, message_id text, payload_hash bytea) -> boolean
+ *
+ * True: this transaction now holds the claim and must apply the effect.
+ * False: the message was already processed (inbox.on_duplicate = return).
+ */
+Datum
+inbox_claim(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 2);
+	bool		claimed = false;
+	int			attempt;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	prepare_plans();
+
+	for (attempt = 1;; attempt++)
+	{
+		InboxEntry	entry;
+
+		if (insert_entry(scope, message_id, payload_hash))
+		{
+			claimed = true;
+			break;
+		}
+		if (lookup_entry(scope, message_id, &entry))
+		{
+			report_duplicate(scope, message_id, payload_hash, &entry);
+			break;
+		}
+
+		/*
+		 * The INSERT saw a conflicting entry that our snapshot no longer
+		 * sees: it was deleted in between.  Go back to the index.
+		 */
+		if (attempt >= CLAIM_MAX_ATTEMPTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not claim message \"%s\" in scope \"%s\"",
+							inbox_quote(message_id), inbox_quote(scope)),
+					 errdetail("Its entry was deleted and re-created concurrently %d times in a row.",
+							   attempt),
+					 errhint("Retry the transaction.")));
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	SPI_finish();
+	PG_RETURN_BOOL(claimed);
+}
+
+/*
+ * inbox_status(scope text, message_id text)
+ *		-> SETOF (received_at timestamptz, payload_hash bytea, state text)
+ *
+ * One row if an entry is visible to this transaction, none otherwise.  A
+ * consumer whose COMMIT outcome was lost (the connection dropped) calls it
+ * from a new session: a row means the claim, and so the effect, committed.
+ */
+Datum
+inbox_status(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	Tuplestorestate *tupstore;
+	MemoryContext oldcxt;
+	InboxEntry	entry;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	/* The result must outlive this call: build it in per-query memory */
+	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	tupdesc = CreateTupleDescCopy(tupdesc);
+	tupstore = tuplestore_begin_heap(true, false, work_mem);
+	MemoryContextSwitchTo(oldcxt);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tupstore;
+	rsinfo->setDesc = tupdesc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	prepare_plans();
+
+	/* tuplestore_putvalues copies, so SPI memory may go away afterwards */
+	if (lookup_entry(scope, message_id, &entry))
+	{
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		values[0] = TimestampTzGetDatum(entry.received_at);
+		values[1] = PointerGetDatum(entry.payload_hash);
+		nulls[1] = (entry.payload_hash == NULL);
+		values[2] = CStringGetTextDatum(state_name(entry.state));
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+
+	SPI_finish();
+	return (Datum) 0;
+}

@@ -1,0 +1,203 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.c
+ *	  Checks on the (scope, message_id) key and the payload hash that every
+ *	  API function shares, and safe quoting of caller strings for messages.
+ *
+ * Bad input is rejected before anything is written, so an error can never
+ * leave half a claim behind.  Caller strings end up in errmsg, and so in
+ * the server log: they are escaped so that an id can never start a new log
+ * line, forge a log prefix, or reorder text on a terminal.
+ *
+ * src/keys.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+
+#include "inbox.h"
+
+/*
+ * Size of a varlena argument without detoasting it, so that a gigabyte-long
+ * id is refused without first being decompressed into memory.
+ */
+static Size
+arg_size(FunctionCallInfo fcinfo, int argno)
+{
+	return toast_raw_datum_size(PG_GETARG_DATUM(argno)) - VARHDRSZ;
+}
+
+/*
+ * Fetch a key argument (scope or message_id), enforcing the documented
+ * rules: not NULL, not empty, at most maxbytes bytes.
+ *
+ * The functions are not STRICT on purpose: a NULL key would otherwise make
+ * inbox_claim return NULL, which a consumer's IF treats as "not fresh" and
+ * silently drops the message.
+ */
+text *
+inbox_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			  int maxbytes)
+{
+	Size		len;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname),
+				 errhint("Every message needs a %s; a NULL one cannot be deduplicated.",
+						 argname)));
+
+	len = arg_size(fcinfo, argno);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", argname)));
+	if (len > (Size) maxbytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("%s is too long", argname),
+				 errdetail("The %s is %zu bytes long; the limit is %d bytes.",
+						   argname, len, maxbytes),
+				 errhint("Use a shorter identifier, or a digest of it if the broker's ids are longer.")));
+
+	return PG_GETARG_TEXT_PP(argno);
+}
+
+/*
+ * Fetch the optional payload hash.  NULL means "no content check"; an empty
+ * hash is refused because it would compare equal to every other empty hash
+ * and so disable the check without saying so.
+ */
+bytea *
+inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
+{
+	Size		len;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+
+	len = arg_size(fcinfo, argno);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("payload_hash must not be empty"),
+				 errhint("Pass a digest such as sha256(payload), or NULL to skip the content check.")));
+	if (len > INBOX_MAX_HASH_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+				 errmsg("payload_hash is too long"),
+				 errdetail("The payload_hash is %zu bytes long; the limit is %d bytes.",
+						   len, INBOX_MAX_HASH_BYTES),
+				 errhint("Pass a digest of the payload, such as sha256(payload), not the payload itself.")));
+
+	return PG_GETARG_BYTEA_PP(argno);
+}
+
+/* Unicode code points that reorder or break lines on a terminal or in a log */
+static bool
+unsafe_code_point(pg_wchar c)
+{
+	return (c >= 0x80 && c <= 0x9F) ||	/* C1 controls */
+		c == 0x2028 || c == 0x2029 ||	/* line and paragraph separators */
+		(c >= 0x200E && c <= 0x200F) || /* directional marks */
+		(c >= 0x202A && c <= 0x202E) || /* bidirectional embeddings */
+		(c >= 0x2066 && c <= 0x2069) || /* bidirectional isolates */
+		c == 0xFEFF;			/* byte order mark */
+}
+
+/*
+ * Return a palloc'd copy of t that is safe inside double quotes in a
+ * message: quotes and backslashes are escaped, and control characters
+ * become \n, \r, \t, \xNN or \uNNNN.  Printable text, including non-ASCII
+ * letters, is kept as it is so that operators can still grep for an id.
+ */
+char *
+inbox_quote(const text *t)
+{
+	const unsigned char *s = (const unsigned char *) VARDATA_ANY(t);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	int			encoding = GetDatabaseEncoding();
+	StringInfoData buf;
+	int			i = 0;
+
+	initStringInfo(&buf);
+	while (i < len)
+	{
+		unsigned char c = s[i];
+		int			clen;
+
+		if (c < 0x80)
+		{
+			if (c == '"' || c == '\\')
+			{
+				appendStringInfoChar(&buf, '\\');
+				appendStringInfoChar(&buf, (char) c);
+			}
+			else if (c == '\n')
+				appendStringInfoString(&buf, "\\n");
+			else if (c == '\r')
+				appendStringInfoString(&buf, "\\r");
+			else if (c == '\t')
+				appendStringInfoString(&buf, "\\t");
+			else if (c < 0x20 || c == 0x7F)
+				appendStringInfo(&buf, "\\x%02X", c);
+			else
+				appendStringInfoChar(&buf, (char) c);
+			i++;
+			continue;
+		}
+
+		/* SQL_ASCII stores unchecked bytes: show them, never pass them on */
+		if (encoding == PG_SQL_ASCII)
+		{
+			appendStringInfo(&buf, "\\x%02X", c);
+			i++;
+			continue;
+		}
+
+		/* The server validated the encoding; still never read past the end */
+		clen = pg_mblen((const char *) s + i);
+		if (clen < 1 || i + clen > len)
+		{
+			appendStringInfo(&buf, "\\x%02X", c);
+			i++;
+			continue;
+		}
+		if (encoding == PG_UTF8 &&
+			unsafe_code_point(utf8_to_unicode(s + i)))
+			appendStringInfo(&buf, "\\u%04X", utf8_to_unicode(s + i));
+		else
+			appendBinaryStringInfo(&buf, (const char *) s + i, clen);
+		i += clen;
+	}
+
+	return buf.data;
+}
+
+/* Return a palloc'd \x... rendering of b, as bytea_out would show it */
+char *
+inbox_hex(const bytea *b)
+{
+	static const char digits[] = "0123456789abcdef";
+	const unsigned char *s = (const unsigned char *) VARDATA_ANY(b);
+	int			len = VARSIZE_ANY_EXHDR(b);
+	char	   *out = palloc(2 * len + 3);
+	char	   *p = out;
+	int			i;
+
+	*p++ = '\\';
+	*p++ = 'x';
+	for (i = 0; i < len; i++)
+	{
+		*p++ = digits[s[i] >> 4];
+		*p++ = digits[s[i] & 0x0F];
+	}
+	*p = '\0';
+	return out;
+}

@@ -1,0 +1,31 @@
+#!/bin/bash
+# test/ensure-deps.sh - install the Debian packages that building, testing
+# and the demo need, but only those that are missing.
+#
+# Run as root on a fresh Debian 12 machine this brings in PostgreSQL 15, its
+# server headers and PGXS, pg_cron and IPC::Run (for the TAP tests).  Run as
+# anyone else it only checks, and says what to install.
+set -eu
+
+PKGS="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl"
+
+missing=""
+for p in $PKGS; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing="$missing $p"
+	fi
+done
+
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "ensure-deps: missing packages:$missing" >&2
+	echo "ensure-deps: run as root, or: sudo apt-get install -y$missing" >&2
+	exit 1
+fi
+
+echo "ensure-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
