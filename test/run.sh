@@ -55,7 +55,7 @@ case "$mode" in
 			case $suite in
 				regress) vars="ISOLATION= TAP_TESTS=" ;;
 				isolation) vars="REGRESS= TAP_TESTS=" ;;
-				tap) vars="REGRESS= ISOLATION=" ;;
+				tap) vars="REGRESS= ISOLATION= PROVE_FLAGS=--verbose" ;;
 			esac
 			# shellcheck disable=SC2086
 			if ! as_runner make -C "$work" -s PG_CONFIG="$PG_CONFIG" $vars installcheck 2>&1 | tee -a "$log"; then
