@@ -41,6 +41,12 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
 include $(PGXS)
+else
+# No pg_config yet (a fresh machine): only test, demo and bench, which
+# install the build dependencies first, can run.
+all install installcheck:
+	@echo "pg_config not found: run 'make test' or 'make demo' as root, or test/ensure-deps.sh" >&2
+	@exit 1
 endif
 
 # These entry points work on a machine without PostgreSQL's build files:
