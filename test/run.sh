@@ -23,7 +23,25 @@ bash "$top/test/ensure-deps.sh"
 
 # Build and install.  Errors and warnings (which -Werror makes errors) show.
 make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null
-if [ "$(id -u)" -eq 0 ] || [ -w "$("$PG_CONFIG" --pkglibdir)" ]; then
+
+# True when the installed extension is byte for byte what was just built.
+# Reinstalling replaces the library under running servers (a server that
+# loads it at that moment fails with 58P01), so only do it when needed.
+installed_is_current()
+{
+	local lib share f
+	lib=$("$PG_CONFIG" --pkglibdir)
+	share=$("$PG_CONFIG" --sharedir)/extension
+	cmp -s "$top/inbox.so" "$lib/inbox.so" || return 1
+	cmp -s "$top/inbox.control" "$share/inbox.control" || return 1
+	for f in "$top"/sql/inbox--*.sql; do
+		cmp -s "$f" "$share/$(basename "$f")" || return 1
+	done
+}
+
+if installed_is_current; then
+	:
+elif [ "$(id -u)" -eq 0 ] || [ -w "$("$PG_CONFIG" --pkglibdir)" ]; then
 	make -C "$top" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
 elif ! [ -f "$("$PG_CONFIG" --sharedir)/extension/inbox.control" ]; then
 	echo "run.sh: cannot install into $("$PG_CONFIG" --pkglibdir); run as root" >&2
