@@ -15,7 +15,10 @@ MODULE_big = inbox
 OBJS = \
 	src/inbox.o \
 	src/claim.o \
-	src/keys.o
+	src/keys.o \
+	src/purge.o \
+	src/stats.o \
+	src/worker.o
 
 DATA = $(wildcard sql/inbox--*.sql)
 
@@ -23,7 +26,7 @@ DATA = $(wildcard sql/inbox--*.sql)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim errors status security
+REGRESS = setup claim errors status security retention
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/

@@ -7,13 +7,22 @@ SET timezone = 'UTC';
 CREATE ROLE inbox_regress_app LOGIN;
 CREATE SCHEMA app AUTHORIZATION inbox_regress_app;
 
--- Every API function is SECURITY DEFINER with a pinned search_path, and
--- none is executable by PUBLIC.
-SELECT p.oid::regprocedure AS function, p.prosecdef, p.proconfig,
+-- Every function of the extension pins its search_path.  The API (in the
+-- extension's schema) is SECURITY DEFINER and not executable by PUBLIC; the
+-- internals live in schema inbox, which PUBLIC cannot even look into.
+SELECT p.pronamespace::regnamespace AS schema, p.proname, p.prosecdef,
+	   p.proconfig = '{"search_path=pg_catalog, pg_temp"}' AS pinned,
 	   has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
 WHERE d.refclassid = 'pg_extension'::regclass
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'inbox')
+ORDER BY 1, 2;
+SELECT has_schema_privilege('public', 'inbox', 'USAGE') AS public_usage_on_inbox;
+SELECT c.oid::regclass AS relation, has_table_privilege('public', c.oid, 'SELECT') AS public_select
+FROM pg_class c JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid
+WHERE d.refclassid = 'pg_extension'::regclass
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'inbox')
+  AND c.relkind IN ('r', 'p', 'v')
 ORDER BY 1;
 
 -- Without a grant, an application role cannot even call the API.

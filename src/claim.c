@@ -43,6 +43,7 @@
 #include "utils/tuplestore.h"
 
 #include "inbox.h"
+#include "stats.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim);
 PG_FUNCTION_INFO_V1(inbox_status);
@@ -255,6 +256,8 @@ report_duplicate(text *scope, text *message_id, bytea *payload_hash,
 {
 	if (payload_hash != NULL && entry->payload_hash != NULL &&
 		!hashes_equal(payload_hash, entry->payload_hash))
+	{
+		inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
 		ereport(ERROR,
 				(errcode(ERRCODE_INBOX_PAYLOAD_MISMATCH),
 				 errmsg("message \"%s\" in scope \"%s\" was already received with a different payload",
@@ -265,7 +268,9 @@ report_duplicate(text *scope, text *message_id, bytea *payload_hash,
 						   inbox_hex(payload_hash)),
 				 errhint("The producer reused a message id for different content, or the two hashes were computed "
 						 "from different encodings of the payload. The stored entry is unchanged.")));
+	}
 
+	inbox_stats_count(scope, INBOX_COUNT_DUPLICATE);
 	if (inbox_on_duplicate == INBOX_ON_DUPLICATE_RAISE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INBOX_DUPLICATE),
@@ -302,6 +307,7 @@ inbox_claim(PG_FUNCTION_ARGS)
 
 		if (insert_entry(scope, message_id, payload_hash))
 		{
+			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			claimed = true;
 			break;
 		}

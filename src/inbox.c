@@ -4,9 +4,10 @@
  *	  Entry point of the inbox extension: module magic, _PG_init and the
  *	  settings (GUCs) that callers use to choose how a claim behaves.
  *
- * _PG_init stays thin on purpose: it defines the settings and nothing else,
- * so that loading the library into a backend that never claims costs
- * nothing.  The library does not need shared_preload_libraries for claims.
+ * _PG_init stays thin on purpose: it defines the settings and asks each
+ * subsystem to set itself up.  Claims need nothing else; shared memory for
+ * the counters and the retention launcher exist only when the library is
+ * in shared_preload_libraries.
  *
  * src/inbox.c
  *
@@ -17,10 +18,13 @@
 #include <limits.h>
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "compat.h"
 #include "inbox.h"
+#include "stats.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -29,6 +33,15 @@ int			inbox_on_duplicate = INBOX_ON_DUPLICATE_RETURN;
 
 /* inbox.claim_timeout: longest wait for a concurrent claim, 0 = no limit */
 int			inbox_claim_timeout = 0;
+
+/* Retention; see sql/inbox--0.1.0--0.2.0.sql for the clock they drive */
+int			inbox_retention = 7 * 24 * 3600;
+int			inbox_idle_threshold = 3600;
+int			inbox_purge_batch_size = 10000;
+int			inbox_purge_naptime = 10;
+bool		inbox_purge_enabled = true;
+int			inbox_purge_lock_timeout = 1000;
+int			inbox_max_scopes = 1000;
 
 static const struct config_enum_entry on_duplicate_options[] = {
 	{"return", INBOX_ON_DUPLICATE_RETURN, false},
@@ -67,5 +80,90 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	/*
+	 * Retention settings are PGC_SUSET so that they can be set per database
+	 * (ALTER DATABASE) as well as for the cluster (ALTER SYSTEM); each purge
+	 * pass runs in a fresh connection, so it sees both.  Only the launcher's
+	 * nap is cluster-wide.
+	 */
+	DefineCustomIntVariable("inbox.retention",
+							"How long a scope must have been active before its entries are purged.",
+							"Active time excludes pauses: see inbox.idle_threshold. "
+							"inbox_set_retention() overrides it per scope.",
+							&inbox_retention,
+							7 * 24 * 3600,
+							1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.idle_threshold",
+							"Silence after which a scope's retention clock pauses.",
+							"The clock keeps running this long after a scope's last new claim, "
+							"then stops until the next new claim.",
+							&inbox_idle_threshold,
+							3600,
+							1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.purge_batch_size",
+							"Most entries the purge deletes from one partition in one transaction.",
+							NULL,
+							&inbox_purge_batch_size,
+							10000,
+							1, 1000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.purge_naptime",
+							"Time between two purge passes over every database.",
+							NULL,
+							&inbox_purge_naptime,
+							10,
+							1, 24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("inbox.purge_enabled",
+							 "Whether the background worker purges expired entries.",
+							 "inbox_purge() works whatever this says.",
+							 &inbox_purge_enabled,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.purge_lock_timeout",
+							"Longest time a purge batch waits for a lock before it gives up.",
+							"The purge never makes claims wait: it backs off instead.",
+							&inbox_purge_lock_timeout,
+							1000,
+							1, 600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/* Sizing shared memory: only meaningful, and only defined, at preload */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("inbox.max_scopes",
+								"Most (database, scope) pairs the shared-memory counters track.",
+								"Scopes beyond it are still claimed and purged, but not counted.",
+								&inbox_max_scopes,
+								1000,
+								100, 1000000,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("inbox");
+
+	if (process_shared_preload_libraries_in_progress)
+	{
+		inbox_stats_init();
+		inbox_worker_init();
+	}
 }

@@ -41,6 +41,13 @@ typedef enum InboxOnDuplicate
 /* GUC variables, defined in inbox.c */
 extern int	inbox_on_duplicate;
 extern int	inbox_claim_timeout;
+extern int	inbox_retention;			/* seconds */
+extern int	inbox_idle_threshold;		/* seconds */
+extern int	inbox_purge_batch_size;
+extern int	inbox_purge_naptime;		/* seconds */
+extern bool inbox_purge_enabled;
+extern int	inbox_purge_lock_timeout;	/* milliseconds */
+extern int	inbox_max_scopes;
 
 /* keys.c: argument checks and safe quoting for messages */
 extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,

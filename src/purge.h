@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * purge.h
+ *	  Retention: the purge steps shared by the background worker and
+ *	  inbox_purge().
+ *
+ * src/purge.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_PURGE_H
+#define INBOX_PURGE_H
+
+#include "nodes/pg_list.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+/* A scope to purge, and the time before which its entries may go */
+typedef struct PurgeTarget
+{
+	char	   *scope;
+	TimestampTz cutoff;
+} PurgeTarget;
+
+/* Callers hold an SPI connection and a snapshot for each of these */
+extern List *inbox_purge_observe(MemoryContext cxt);
+extern List *inbox_purge_leaves(MemoryContext cxt);
+extern int64 inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more);
+extern void inbox_purge_set_lock_timeout(GucAction action);
+
+#endif							/* INBOX_PURGE_H */

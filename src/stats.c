@@ -1,0 +1,396 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.c
+ *	  Per-scope counters in shared memory: claims, duplicates, mismatches,
+ *	  rows purged and the last purge time, behind the inbox_stats view.
+ *
+ * Counters live in a shared hash keyed by (database, scope), sized by
+ * inbox.max_scopes at server start, so they exist only when the library
+ * is in shared_preload_libraries.  Lookups take the lock in shared mode
+ * and bump pg_atomic counters, so concurrent claims of one scope never
+ * queue behind each other; only a scope's first count, and removals, take
+ * it exclusively.  Nothing is written to disk: the counters start from
+ * zero after every restart (documented).
+ *
+ * Claims, duplicates and mismatches are counted when the call decides, as
+ * events.  Rows purged are state, so they are counted only once the purge
+ * transaction commits: a purge inside a transaction or savepoint that rolls
+ * back is not counted.
+ *
+ * src/stats.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "inbox.h"
+#include "stats.h"
+
+PG_FUNCTION_INFO_V1(inbox_counters);
+
+typedef struct InboxStatsKey
+{
+	Oid			dbid;
+	char		scope[INBOX_MAX_SCOPE_BYTES + 1];	/* zero-padded: hashed whole */
+} InboxStatsKey;
+
+typedef struct InboxStatsEntry
+{
+	InboxStatsKey key;			/* must be first */
+	pg_atomic_uint64 claims;
+	pg_atomic_uint64 duplicates;
+	pg_atomic_uint64 mismatches;
+	pg_atomic_uint64 purged;
+	pg_atomic_uint64 last_purge;	/* TimestampTz, 0 = never */
+} InboxStatsEntry;
+
+typedef struct InboxSharedState
+{
+	LWLock	   *lock;			/* protects the hash's structure */
+} InboxSharedState;
+
+static InboxSharedState *inbox_shared = NULL;
+static HTAB *inbox_stats_hash = NULL;
+
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/*
+ * Rows purged by this backend's transaction (and its subtransactions), not
+ * yet committed.  A handful of scopes per transaction at most, so a short
+ * array in TopMemoryContext will do.
+ */
+typedef struct PendingPurge
+{
+	char		scope[INBOX_MAX_SCOPE_BYTES + 1];
+	int64		rows;
+	int			nest_level;
+} PendingPurge;
+
+static PendingPurge *pending = NULL;
+static int	npending = 0;
+static int	maxpending = 0;
+static bool callbacks_registered = false;
+
+static Size
+stats_shmem_size(void)
+{
+	return add_size(MAXALIGN(sizeof(InboxSharedState)),
+					hash_estimate_size(inbox_max_scopes, sizeof(InboxStatsEntry)));
+}
+
+static void
+stats_shmem_request(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(stats_shmem_size());
+	RequestNamedLWLockTranche("inbox", 1);
+}
+
+static void
+stats_shmem_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	inbox_shared = ShmemInitStruct("inbox", sizeof(InboxSharedState), &found);
+	if (!found)
+		inbox_shared->lock = &(GetNamedLWLockTranche("inbox"))->lock;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(InboxStatsKey);
+	info.entrysize = sizeof(InboxStatsEntry);
+	inbox_stats_hash = ShmemInitHash("inbox scope counters",
+									 inbox_max_scopes, inbox_max_scopes,
+									 &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Called from _PG_init while shared_preload_libraries is processed */
+void
+inbox_stats_init(void)
+{
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = stats_shmem_request;
+#else
+	stats_shmem_request();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = stats_shmem_startup;
+}
+
+static void
+make_key(InboxStatsKey *key, Oid dbid, const char *scope, int len)
+{
+	memset(key, 0, sizeof(*key));
+	key->dbid = dbid;
+	memcpy(key->scope, scope, Min(len, INBOX_MAX_SCOPE_BYTES));
+}
+
+/*
+ * Add delta to one counter of (dbid, scope), creating the entry if needed.
+ * When the table is full the event is not counted: counting must never
+ * make a claim fail.
+ */
+static void
+stats_add(Oid dbid, const char *scope, int len, InboxCounter which, uint64 delta,
+		  TimestampTz when)
+{
+	InboxStatsKey key;
+	InboxStatsEntry *entry;
+	bool		found;
+
+	if (inbox_stats_hash == NULL)
+		return;					/* not preloaded */
+
+	make_key(&key, dbid, scope, len);
+	LWLockAcquire(inbox_shared->lock, LW_SHARED);
+	entry = hash_search(inbox_stats_hash, &key, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		LWLockRelease(inbox_shared->lock);
+		LWLockAcquire(inbox_shared->lock, LW_EXCLUSIVE);
+		entry = hash_search(inbox_stats_hash, &key, HASH_ENTER_NULL, &found);
+		if (entry == NULL)
+		{
+			LWLockRelease(inbox_shared->lock);
+			return;
+		}
+		if (!found)
+		{
+			pg_atomic_init_u64(&entry->claims, 0);
+			pg_atomic_init_u64(&entry->duplicates, 0);
+			pg_atomic_init_u64(&entry->mismatches, 0);
+			pg_atomic_init_u64(&entry->purged, 0);
+			pg_atomic_init_u64(&entry->last_purge, 0);
+		}
+	}
+
+	switch (which)
+	{
+		case INBOX_COUNT_CLAIM:
+			pg_atomic_fetch_add_u64(&entry->claims, delta);
+			break;
+		case INBOX_COUNT_DUPLICATE:
+			pg_atomic_fetch_add_u64(&entry->duplicates, delta);
+			break;
+		case INBOX_COUNT_MISMATCH:
+			pg_atomic_fetch_add_u64(&entry->mismatches, delta);
+			break;
+		case INBOX_COUNT_PURGED:
+			pg_atomic_fetch_add_u64(&entry->purged, delta);
+			pg_atomic_write_u64(&entry->last_purge, (uint64) when);
+			break;
+	}
+	LWLockRelease(inbox_shared->lock);
+}
+
+/* Count one claim decision for scope in the current database */
+void
+inbox_stats_count(const text *scope, InboxCounter which)
+{
+	stats_add(MyDatabaseId, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope),
+			  which, 1, 0);
+}
+
+/* Fold the pending purge counts into shared memory, or drop them */
+static void
+stats_xact_callback(XactEvent event, void *arg)
+{
+	int			i;
+
+	if (npending == 0)
+		return;
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		for (i = 0; i < npending; i++)
+			stats_add(MyDatabaseId, pending[i].scope, strlen(pending[i].scope),
+					  INBOX_COUNT_PURGED, (uint64) pending[i].rows, now);
+		npending = 0;
+	}
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+			 event == XACT_EVENT_PREPARE)
+		npending = 0;			/* a prepared purge is not counted */
+}
+
+/* A rolled-back savepoint takes its purge counts with it */
+static void
+stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			i;
+	int			kept = 0;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i].nest_level >= level)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+				continue;
+			pending[i].nest_level = level - 1;
+		}
+		pending[kept++] = pending[i];
+	}
+	npending = kept;
+}
+
+/*
+ * Record rows purged from scope by the current transaction; they reach the
+ * shared counters when it commits.
+ */
+void
+inbox_stats_purged(const char *scope, int64 rows)
+{
+	int			level = GetCurrentTransactionNestLevel();
+	int			i;
+
+	if (inbox_stats_hash == NULL || rows <= 0)
+		return;
+
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(stats_xact_callback, NULL);
+		RegisterSubXactCallback(stats_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i].nest_level == level && strcmp(pending[i].scope, scope) == 0)
+		{
+			pending[i].rows += rows;
+			return;
+		}
+	}
+	if (npending == maxpending)
+	{
+		maxpending = Max(16, maxpending * 2);
+		pending = pending == NULL
+			? MemoryContextAlloc(TopMemoryContext, maxpending * sizeof(PendingPurge))
+			: repalloc(pending, maxpending * sizeof(PendingPurge));
+	}
+	strlcpy(pending[npending].scope, scope, sizeof(pending[npending].scope));
+	pending[npending].rows = rows;
+	pending[npending].nest_level = level;
+	npending++;
+}
+
+/*
+ * Remove the counters of one scope of dbid, or of all its scopes when scope
+ * is NULL (inbox_stats_reset, inbox_drop_scope).
+ */
+void
+inbox_stats_forget(Oid dbid, const char *scope)
+{
+	HASH_SEQ_STATUS status;
+	InboxStatsEntry *entry;
+
+	if (inbox_stats_hash == NULL)
+		return;
+
+	LWLockAcquire(inbox_shared->lock, LW_EXCLUSIVE);
+	if (scope != NULL)
+	{
+		InboxStatsKey key;
+
+		make_key(&key, dbid, scope, strlen(scope));
+		hash_search(inbox_stats_hash, &key, HASH_REMOVE, NULL);
+	}
+	else
+	{
+		hash_seq_init(&status, inbox_stats_hash);
+		while ((entry = hash_seq_search(&status)) != NULL)
+		{
+			if (entry->key.dbid == dbid)
+				hash_search(inbox_stats_hash, &entry->key, HASH_REMOVE, NULL);
+		}
+	}
+	LWLockRelease(inbox_shared->lock);
+}
+
+/*
+ * inbox.counters() -> SETOF (scope, claims, duplicates, mismatches, purged,
+ * last_purge) for the current database.  No rows without the preload.
+ */
+Datum
+inbox_counters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	tupdesc;
+	Tuplestorestate *tupstore;
+	MemoryContext oldcxt;
+	HASH_SEQ_STATUS status;
+	InboxStatsEntry *entry;
+
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("set-valued function called in context that cannot accept a set")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	tupdesc = CreateTupleDescCopy(tupdesc);
+	tupstore = tuplestore_begin_heap(true, false, work_mem);
+	MemoryContextSwitchTo(oldcxt);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tupstore;
+	rsinfo->setDesc = tupdesc;
+
+	if (inbox_stats_hash == NULL)
+		return (Datum) 0;
+
+	LWLockAcquire(inbox_shared->lock, LW_SHARED);
+	hash_seq_init(&status, inbox_stats_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		Datum		values[6];
+		bool		nulls[6] = {false, false, false, false, false, false};
+		uint64		last;
+
+		if (entry->key.dbid != MyDatabaseId)
+			continue;
+		values[0] = CStringGetTextDatum(entry->key.scope);
+		values[1] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->claims));
+		values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->duplicates));
+		values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->mismatches));
+		values[4] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->purged));
+		last = pg_atomic_read_u64(&entry->last_purge);
+		values[5] = TimestampTzGetDatum((TimestampTz) last);
+		nulls[5] = (last == 0);
+		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+	}
+	LWLockRelease(inbox_shared->lock);
+
+	return (Datum) 0;
+}

@@ -1,0 +1,26 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.h
+ *	  Per-scope counters in shared memory.
+ *
+ * src/stats.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_STATS_H
+#define INBOX_STATS_H
+
+typedef enum InboxCounter
+{
+	INBOX_COUNT_CLAIM,
+	INBOX_COUNT_DUPLICATE,
+	INBOX_COUNT_MISMATCH,
+	INBOX_COUNT_PURGED			/* only through inbox_stats_purged() */
+} InboxCounter;
+
+extern void inbox_stats_init(void);
+extern void inbox_stats_count(const text *scope, InboxCounter which);
+extern void inbox_stats_purged(const char *scope, int64 rows);
+extern void inbox_stats_forget(Oid dbid, const char *scope);
+
+#endif							/* INBOX_STATS_H */

@@ -1,0 +1,431 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The retention launcher and its per-database purge workers.
+ *
+ * With shared_preload_libraries = 'inbox', the postmaster runs one
+ * launcher ("inbox launcher" in pg_stat_activity.backend_type).  It
+ * connects to no database: every inbox.purge_naptime it reads pg_database
+ * and, one database at a time, starts a short-lived purge worker ("inbox
+ * purge") with the database's OID as its argument.  The worker connects,
+ * leaves at once if the extension is not installed there (so nobody has to
+ * list databases, and CREATE EXTENSION is served within one naptime), and
+ * otherwise runs purge rounds until nothing expired is left, then exits.
+ *
+ * Why short-lived workers rather than one resident worker per database:
+ *
+ *	- DROP DATABASE refuses while other sessions are connected.  Between
+ *	  passes nothing is connected, and during a pass the worker checks before
+ *	  each batch whether someone waits to drop (or rename) its database and
+ *	  leaves if so: DROP DATABASE waits at most one batch.
+ *	- Each pass starts with a fresh connection, so per-database settings
+ *	  (ALTER DATABASE ... SET inbox.retention) apply from the next pass on;
+ *	  cluster settings also reload on SIGHUP within a pass.
+ *	- A crashed or killed pass costs nothing: the next one starts over,
+ *	  since every batch is its own transaction and the clocks live in a
+ *	  table.
+ *
+ * The launcher restarts after a crash (bgw_restart_time); a purge worker is
+ * never restarted by the postmaster, the launcher simply starts the next
+ * pass.  Both exit on SIGTERM through die(), like every backend.
+ *
+ * src/worker.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "inbox.h"
+#include "purge.h"
+#include "worker.h"
+
+/* The launcher comes back this long after a crash or a SIGTERM */
+#define LAUNCHER_RESTART_SECONDS	10
+
+/* A pass gives way to the next database after this long */
+#define PASS_BUDGET_MS				(60 * 1000)
+
+typedef struct PurgeDatabase
+{
+	Oid			oid;
+	char		name[NAMEDATALEN];
+} PurgeDatabase;
+
+/* What the purge worker's steps work on; lives in its round context */
+typedef struct PurgeRound
+{
+	MemoryContext cxt;
+	List	   *targets;
+	List	   *leaves;
+	Oid			leaf;
+	bool		more;
+	bool		dropping;
+} PurgeRound;
+
+/* Register the launcher; called from _PG_init at preload */
+void
+inbox_worker_init(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = LAUNCHER_RESTART_SECONDS;
+	strlcpy(worker.bgw_library_name, "inbox", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "inbox_launcher_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "inbox launcher", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "inbox launcher", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+/*
+ * The databases a purge worker may connect to, as PurgeDatabases in cxt:
+ * not templates, not closed to connections, not left invalid by an
+ * interrupted DROP DATABASE.
+ */
+static List *
+database_list(MemoryContext cxt)
+{
+	List	   *dbs = NIL;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while (HeapTupleIsValid(tuple = heap_getnext(scan, ForwardScanDirection)))
+	{
+		Form_pg_database form = (Form_pg_database) GETSTRUCT(tuple);
+		MemoryContext oldcxt;
+		PurgeDatabase *db;
+
+		if (form->datistemplate || !form->datallowconn)
+			continue;
+#ifdef DATCONNLIMIT_INVALID_DB
+		if (form->datconnlimit == DATCONNLIMIT_INVALID_DB)
+			continue;
+#endif
+		oldcxt = MemoryContextSwitchTo(cxt);
+		db = palloc(sizeof(PurgeDatabase));
+		db->oid = form->oid;
+		strlcpy(db->name, NameStr(form->datname), NAMEDATALEN);
+		dbs = lappend(dbs, db);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	CommitTransactionCommand();
+	return dbs;
+}
+
+/*
+ * Start a purge worker for db and wait until it has finished.  Only the
+ * database's OID is passed, never a pointer.  One worker at a time keeps
+ * the extension's use of max_worker_processes at two slots.
+ */
+static void
+run_purge_worker(PurgeDatabase *db)
+{
+	static bool warned = false;
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	BgwHandleStatus status;
+	pid_t		pid;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	strlcpy(worker.bgw_library_name, "inbox", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "inbox_purge_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "inbox purge worker for database %s", db->name);
+	strlcpy(worker.bgw_type, "inbox purge", BGW_MAXLEN);
+	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
+	worker.bgw_notify_pid = MyProcPid;
+
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		/* Say it once, not every naptime, until it works again */
+		if (!warned)
+			ereport(WARNING,
+					(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
+					 errmsg("inbox launcher could not start a purge worker for database \"%s\"",
+							db->name),
+					 errdetail("No background worker slot is free."),
+					 errhint("Raise max_worker_processes; the purge needs one slot besides the launcher's.")));
+		warned = true;
+		return;
+	}
+	warned = false;
+
+	status = WaitForBackgroundWorkerStartup(handle, &pid);
+	if (status == BGWH_STARTED)
+		status = WaitForBackgroundWorkerShutdown(handle);
+	if (status == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+	pfree(handle);
+}
+
+void
+inbox_launcher_main(Datum main_arg)
+{
+	MemoryContext cxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* No database: pg_database is a shared catalog */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	/* Reset every pass, as pg_cron resets its loop context */
+	cxt = AllocSetContextCreate(TopMemoryContext, "inbox launcher",
+								ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		TimestampTz pass_start = GetCurrentTimestamp();
+		List	   *dbs;
+		ListCell   *lc;
+
+		MemoryContextReset(cxt);
+		dbs = database_list(cxt);
+		foreach(lc, dbs)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+			}
+			run_purge_worker((PurgeDatabase *) lfirst(lc));
+		}
+
+		/*
+		 * Nap until a naptime after this pass started.  The latch is also set
+		 * when a purge worker stops, and on SIGHUP: neither may start a pass
+		 * early, but a reload may shorten the nap.
+		 */
+		for (;;)
+		{
+			long		timeout;
+
+			CHECK_FOR_INTERRUPTS();
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+			}
+			timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													  TimestampTzPlusMilliseconds(pass_start,
+																				  inbox_purge_naptime * 1000L));
+			if (timeout <= 0)
+				break;
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 timeout, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+}
+
+/* Is the extension installed here, at a version that has retention? */
+static bool
+extension_ready(void)
+{
+	bool		ready;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	ready = OidIsValid(get_extension_oid("inbox", true)) &&
+		OidIsValid(get_relname_relid("scopes", get_namespace_oid("inbox", true)));
+	CommitTransactionCommand();
+	return ready;
+}
+
+/*
+ * Does a DROP DATABASE (or another AccessExclusiveLock on the database,
+ * such as a rename) wait for us?  It holds that lock while it waits for
+ * other sessions to leave.
+ */
+static bool
+database_being_dropped(void)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1];
+	bool		isnull;
+
+	values[0] = ObjectIdGetDatum(MyDatabaseId);
+	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "
+							  "WHERE locktype = 'object' AND granted "
+							  "AND classid = 'pg_catalog.pg_database'::pg_catalog.regclass "
+							  "AND objid = $1 AND mode = 'AccessExclusiveLock')",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read pg_locks");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+static void
+step_observe(PurgeRound *round)
+{
+	round->targets = inbox_purge_observe(round->cxt);
+	round->leaves = inbox_purge_leaves(round->cxt);
+}
+
+static void
+step_purge_leaf(PurgeRound *round)
+{
+	round->dropping = database_being_dropped();
+	if (!round->dropping)
+		(void) inbox_purge_leaf(round->leaf, round->targets,
+								inbox_purge_batch_size, &round->more);
+}
+
+/*
+ * Run one step in a transaction of its own, as worker_spi does: its own
+ * snapshot, SPI connection and lock_timeout, all gone when it ends.  An
+ * error (typically a lock timeout: someone runs DDL on the inbox tables)
+ * is logged and ends the pass; the next pass starts over.
+ */
+static bool
+run_step(const char *activity, void (*step) (PurgeRound *), PurgeRound *round)
+{
+	MemoryContext oldcxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, activity);
+		inbox_purge_set_lock_timeout(GUC_ACTION_LOCAL);
+
+		step(round);
+
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		HOLD_INTERRUPTS();
+		MemoryContextSwitchTo(oldcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		RESUME_INTERRUPTS();
+		ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
+				(errmsg("inbox purge stopped early: %s", edata->message),
+				 errdetail("The next pass, in inbox.purge_naptime, starts over.")));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return ok;
+}
+
+void
+inbox_purge_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
+	TimestampTz started;
+	PurgeRound	round;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+
+	if (!inbox_purge_enabled || !extension_ready())
+		proc_exit(0);
+
+	memset(&round, 0, sizeof(round));
+	round.cxt = AllocSetContextCreate(TopMemoryContext, "inbox purge round",
+									  ALLOCSET_DEFAULT_SIZES);
+	started = GetCurrentTimestamp();
+
+	for (;;)
+	{
+		ListCell   *lc;
+		bool		more = false;
+
+		MemoryContextReset(round.cxt);
+		if (!run_step("inbox: observing retention clocks", step_observe, &round))
+			break;
+		if (round.targets == NIL)
+			break;				/* nothing may be purged now */
+
+		/* Partition by partition, a batch each */
+		foreach(lc, round.leaves)
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+				if (!inbox_purge_enabled)
+					proc_exit(0);
+			}
+
+			round.leaf = lfirst_oid(lc);
+			round.more = false;
+			if (!run_step("inbox: purging a partition", step_purge_leaf, &round))
+				proc_exit(0);
+			if (round.dropping)
+			{
+				ereport(LOG,
+						(errmsg("inbox purge worker leaves database %u, which is being dropped or altered",
+								dboid)));
+				proc_exit(0);
+			}
+			more |= round.more;
+		}
+
+		/* Stop once every leaf had less than a full batch left */
+		if (!more)
+			break;
+		if (TimestampDifferenceExceeds(started, GetCurrentTimestamp(), PASS_BUDGET_MS))
+			break;
+	}
+
+	proc_exit(0);
+}
