@@ -147,9 +147,10 @@ $$;
  * over the entries received since the last observation, and return its
  * purge cutoff (NULL: purge nothing now).
  *
- * Only one purger observes a scope at a time: the row lock is taken with
- * SKIP LOCKED, so the background worker and a concurrent inbox_purge()
- * never wait for each other and never purge the same scope twice.
+ * Only one purger observes a scope at a time (a try-advisory lock, then the
+ * row lock with SKIP LOCKED), so the background worker and a concurrent
+ * inbox_purge() never wait for each other and never purge the same scope
+ * twice.
  */
 CREATE FUNCTION inbox.observe(p_scope text, p_retention interval, p_idle interval)
 RETURNS timestamptz
@@ -164,6 +165,15 @@ DECLARE
 	all_pauses tstzrange[];
 	result timestamptz;
 BEGIN
+	/*
+	 * One purger per scope: the loser skips the scope instead of waiting,
+	 * even on the scope's first observation, when the winner's INSERT below
+	 * is not yet committed (an ON CONFLICT would wait for it).  Keys that
+	 * collide on hashtext only make a scope wait for the next round.
+	 */
+	IF NOT pg_try_advisory_xact_lock(1768841849, hashtext(p_scope)) THEN	-- 'inby'
+		RETURN NULL;
+	END IF;
 	INSERT INTO inbox.scopes (scope) VALUES (p_scope) ON CONFLICT (scope) DO NOTHING;
 	SELECT sc.observed_until, sc.pauses, coalesce(sc.retention, p_retention) AS retention
 	  INTO s
