@@ -40,7 +40,7 @@ int			inbox_idle_threshold = 3600;
 int			inbox_purge_batch_size = 10000;
 int			inbox_purge_naptime = 10;
 bool		inbox_purge_enabled = true;
-int			inbox_purge_lock_timeout = 1000;
+int			inbox_purge_lock_timeout = 200;
 int			inbox_max_scopes = 1000;
 
 static const struct config_enum_entry on_duplicate_options[] = {
@@ -139,9 +139,11 @@ _PG_init(void)
 
 	DefineCustomIntVariable("inbox.purge_lock_timeout",
 							"Longest time a purge batch waits for a lock before it gives up.",
-							"The purge never makes claims wait: it backs off instead.",
+							"The purge never makes claims wait: it backs off instead. Keep it "
+							"below deadlock_timeout, so that in a lock cycle with DDL (DROP "
+							"EXTENSION, say) the purge gives up before the DDL is chosen as victim.",
 							&inbox_purge_lock_timeout,
-							1000,
+							200,
 							1, 600000,
 							PGC_SUSET,
 							GUC_UNIT_MS,

@@ -349,7 +349,13 @@ run_step(const char *activity, void (*step) (PurgeRound *), PurgeRound *round)
 		FlushErrorState();
 		AbortCurrentTransaction();
 		RESUME_INTERRUPTS();
-		ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ? LOG : WARNING,
+		/*
+		 * A lock timeout (DDL on the inbox tables) and objects gone (DROP
+		 * EXTENSION in progress) are expected operation, not trouble.
+		 */
+		ereport(edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE ||
+				edata->sqlerrcode == ERRCODE_UNDEFINED_TABLE ||
+				edata->sqlerrcode == ERRCODE_UNDEFINED_FUNCTION ? LOG : WARNING,
 				(errmsg("inbox purge stopped early: %s", edata->message),
 				 errdetail("The next pass, in inbox.purge_naptime, starts over.")));
 		FreeErrorData(edata);
