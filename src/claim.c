@@ -87,9 +87,9 @@ typedef struct InboxEntry
 } InboxEntry;
 
 static SPIPlanPtr
-keep_plan(const char *sql, int nargs, Oid *argtypes)
+keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, cursor_options);
 
 	if (plan == NULL)
 		elog(ERROR, "SPI_prepare failed: %s",
@@ -106,13 +106,19 @@ prepare_plans(void)
 	{
 		Oid			types[3] = {TEXTOID, TEXTOID, BYTEAOID};
 
-		insert_plan = keep_plan(insert_sql, 3, types);
+		insert_plan = keep_plan(insert_sql, 3, types, 0);
 	}
 	if (lookup_plan == NULL)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
 
-		lookup_plan = keep_plan(lookup_sql, 2, types);
+		/*
+		 * A generic plan: the plan cache would otherwise keep choosing custom
+		 * plans (a generic scan of all leaves looks costlier on paper) and
+		 * re-plan the duplicate path on every call.  The generic plan prunes
+		 * to one leaf at executor start.
+		 */
+		lookup_plan = keep_plan(lookup_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 }
 
