@@ -37,6 +37,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "compat.h"
 #include "inbox.h"
 #include "stats.h"
 
@@ -345,27 +346,10 @@ Datum
 inbox_counters(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TupleDesc	tupdesc;
-	Tuplestorestate *tupstore;
-	MemoryContext oldcxt;
 	HASH_SEQ_STATUS status;
 	InboxStatsEntry *entry;
 
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	tupdesc = CreateTupleDescCopy(tupdesc);
-	tupstore = tuplestore_begin_heap(true, false, work_mem);
-	MemoryContextSwitchTo(oldcxt);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tupstore;
-	rsinfo->setDesc = tupdesc;
+	InitMaterializedSRF(fcinfo, 0);
 
 	if (inbox_stats_hash == NULL)
 		return (Datum) 0;
@@ -388,7 +372,7 @@ inbox_counters(PG_FUNCTION_ARGS)
 		last = pg_atomic_read_u64(&entry->last_purge);
 		values[5] = TimestampTzGetDatum((TimestampTz) last);
 		nulls[5] = (last == 0);
-		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(inbox_shared->lock);
 

@@ -86,20 +86,30 @@ typedef struct PurgeRound
 	bool		dropping;
 } PurgeRound;
 
+/*
+ * What the launcher and the purge workers have in common: both use SPI (so
+ * shared memory and a database connection), and neither runs on a standby.
+ */
+static void
+init_worker(BackgroundWorker *worker, const char *function, const char *type)
+{
+	memset(worker, 0, sizeof(*worker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	strlcpy(worker->bgw_library_name, "inbox", BGW_MAXLEN);
+	strlcpy(worker->bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(worker->bgw_type, type, BGW_MAXLEN);
+}
+
 /* Register the launcher; called from _PG_init at preload */
 void
 inbox_worker_init(void)
 {
 	BackgroundWorker worker;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	init_worker(&worker, "inbox_launcher_main", "inbox launcher");
 	worker.bgw_restart_time = LAUNCHER_RESTART_SECONDS;
-	strlcpy(worker.bgw_library_name, "inbox", BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "inbox_launcher_main", BGW_MAXLEN);
 	strlcpy(worker.bgw_name, "inbox launcher", BGW_MAXLEN);
-	strlcpy(worker.bgw_type, "inbox launcher", BGW_MAXLEN);
 	RegisterBackgroundWorker(&worker);
 }
 
@@ -162,14 +172,9 @@ run_purge_worker(PurgeDatabase *db)
 	BgwHandleStatus status;
 	pid_t		pid;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	init_worker(&worker, "inbox_purge_main", "inbox purge");
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	strlcpy(worker.bgw_library_name, "inbox", BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "inbox_purge_main", BGW_MAXLEN);
 	snprintf(worker.bgw_name, BGW_MAXLEN, "inbox purge worker for database %s", db->name);
-	strlcpy(worker.bgw_type, "inbox purge", BGW_MAXLEN);
 	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
 	worker.bgw_notify_pid = MyProcPid;
 
