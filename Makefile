@@ -15,6 +15,7 @@ MODULE_big = inbox
 OBJS = \
 	src/inbox.o \
 	src/claim.o \
+	src/deferred.o \
 	src/keys.o \
 	src/purge.o \
 	src/stats.o \
@@ -26,12 +27,12 @@ DATA = $(wildcard sql/inbox--*.sql)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim errors status security retention
+REGRESS = setup claim errors status security retention deferred
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
-	claim_repeatable_read claim_serializable purge_concurrency
+	claim_repeatable_read claim_serializable purge_concurrency deferred_take
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * claim.c
- *	  inbox_claim and inbox_status: record in the caller's transaction that
- *	  a message is being processed, and report what is recorded.
+ *	  inbox_claim, inbox_receive and inbox_status: record a message in the
+ *	  caller's transaction, as processed (claim) or as pending for later
+ *	  processing (receive), and report what is recorded.
  *
  * The unique index on (scope, message_id) is the only arbiter.  A claim is
  * an INSERT ... ON CONFLICT DO NOTHING run through SPI, so that the
@@ -22,6 +23,11 @@
  * (serialization failure), which is the right answer: the caller retries
  * the whole transaction, and the retry sees the duplicate.
  *
+ * inbox_receive is the same arbitration with another INSERT: the entry
+ * starts as pending and carries the payload.  Claims and receives share
+ * one key space per scope: whichever comes first wins, the other sees a
+ * duplicate.
+ *
  * Going through SPI rather than calling heap and index AMs directly keeps
  * the claim working wherever the planner decides where rows live, such as
  * when the inbox tables are distributed by Citus.
@@ -37,7 +43,9 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -48,6 +56,8 @@
 
 PG_FUNCTION_INFO_V1(inbox_claim);
 PG_FUNCTION_INFO_V1(inbox_status);
+PG_FUNCTION_INFO_V1(inbox_receive_json);
+PG_FUNCTION_INFO_V1(inbox_receive_bytes);
 
 /*
  * How often a claim retries when its INSERT conflicted but the conflicting
@@ -62,6 +72,7 @@ PG_FUNCTION_INFO_V1(inbox_status);
  * they are always used under the function's pinned search_path.
  */
 static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr receive_plan = NULL;
 static SPIPlanPtr lookup_plan = NULL;
 
 /*
@@ -72,6 +83,12 @@ static SPIPlanPtr lookup_plan = NULL;
 static const char *const insert_sql =
 "INSERT INTO inbox.entries (scope, message_id, payload_hash) "
 "VALUES ($1, $2, $3) "
+"ON CONFLICT (scope, message_id) DO NOTHING";
+
+/* Prepared only when inbox_receive is first used (version 0.3.0 on) */
+static const char *const receive_sql =
+"INSERT INTO inbox.entries (scope, message_id, payload_hash, state, payload, payload_bytes) "
+"VALUES ($1, $2, $3, 'p', $4, $5) "
 "ON CONFLICT (scope, message_id) DO NOTHING";
 
 static const char *const lookup_sql =
@@ -182,7 +199,8 @@ lookup_entry(text *scope, text *message_id, InboxEntry *entry)
  * concurrent claim, try later" from its other errors.
  */
 static int
-insert_bounded(Datum *values, const char *nulls, text *scope, text *message_id)
+insert_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
+			   text *scope, text *message_id)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	int			nestlevel = NewGUCNestLevel();
@@ -195,7 +213,7 @@ insert_bounded(Datum *values, const char *nulls, text *scope, text *message_id)
 							 GUC_ACTION_SAVE, true, 0, false);
 	PG_TRY();
 	{
-		rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+		rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	}
 	PG_CATCH();
 	{
@@ -221,24 +239,20 @@ insert_bounded(Datum *values, const char *nulls, text *scope, text *message_id)
 	return rc;
 }
 
-/* Try to insert the claim; true if this call inserted it */
+/*
+ * Try to insert the entry with plan (the claim's or the receive's INSERT ...
+ * ON CONFLICT DO NOTHING); true if this call inserted it.
+ */
 static bool
-insert_entry(text *scope, text *message_id, bytea *payload_hash)
+insert_entry(SPIPlanPtr plan, Datum *values, const char *nulls,
+			 text *scope, text *message_id)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
 	int			rc;
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(message_id);
-	values[2] = PointerGetDatum(payload_hash);
-	if (payload_hash == NULL)
-		nulls[2] = 'n';
-
 	if (inbox_claim_timeout > 0)
-		rc = insert_bounded(values, nulls, scope, message_id);
+		rc = insert_bounded(plan, values, nulls, scope, message_id);
 	else
-		rc = SPI_execute_plan(insert_plan, values, nulls, false, 0);
+		rc = SPI_execute_plan(plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return SPI_processed == 1;
@@ -281,8 +295,11 @@ report_duplicate(text *scope, text *message_id, bytea *payload_hash,
 	if (inbox_on_duplicate == INBOX_ON_DUPLICATE_RAISE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INBOX_DUPLICATE),
-				 errmsg("message \"%s\" in scope \"%s\" was already processed",
-						inbox_quote(message_id), inbox_quote(scope)),
+				 entry->state == 'd'
+				 ? errmsg("message \"%s\" in scope \"%s\" was already processed",
+						  inbox_quote(message_id), inbox_quote(scope))
+				 : errmsg("message \"%s\" in scope \"%s\" was already received",
+						  inbox_quote(message_id), inbox_quote(scope)),
 				 errdetail("It was first received at %s and is %s.",
 						   timestamptz_to_str(entry->received_at),
 						   state_name(entry->state)),
@@ -290,38 +307,29 @@ report_duplicate(text *scope, text *message_id, bytea *payload_hash,
 }
 
 /*
- * inbox_claim(scope text, message_id text, payload_hash bytea) -> boolean
- *
- * True: this transaction now holds the claim and must apply the effect.
- * False: the message was already processed (inbox.on_duplicate = return).
+ * Arbitrate one key: insert it with plan, or report the entry that is
+ * already there.  True if this call inserted it.  The caller holds an SPI
+ * connection.
  */
-Datum
-inbox_claim(PG_FUNCTION_ARGS)
+static bool
+claim_key(SPIPlanPtr plan, Datum *values, const char *nulls,
+		  text *scope, text *message_id, bytea *payload_hash)
 {
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
-	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 2);
-	bool		claimed = false;
 	int			attempt;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	prepare_plans();
 
 	for (attempt = 1;; attempt++)
 	{
 		InboxEntry	entry;
 
-		if (insert_entry(scope, message_id, payload_hash))
+		if (insert_entry(plan, values, nulls, scope, message_id))
 		{
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
-			claimed = true;
-			break;
+			return true;
 		}
 		if (lookup_entry(scope, message_id, &entry))
 		{
 			report_duplicate(scope, message_id, payload_hash, &entry);
-			break;
+			return false;
 		}
 
 		/*
@@ -338,9 +346,123 @@ inbox_claim(PG_FUNCTION_ARGS)
 					 errhint("Retry the transaction.")));
 		CHECK_FOR_INTERRUPTS();
 	}
+}
 
+/*
+ * inbox_claim(scope text, message_id text, payload_hash bytea) -> boolean
+ *
+ * True: this transaction now holds the claim and must apply the effect.
+ * False: the message was already processed (inbox.on_duplicate = return).
+ */
+Datum
+inbox_claim(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 2);
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	bool		claimed;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(message_id);
+	values[2] = PointerGetDatum(payload_hash);
+	if (payload_hash == NULL)
+		nulls[2] = 'n';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	prepare_plans();
+	claimed = claim_key(insert_plan, values, nulls, scope, message_id, payload_hash);
 	SPI_finish();
 	PG_RETURN_BOOL(claimed);
+}
+
+/*
+ * The digest inbox_receive stores when the caller gives none: SHA-256 of
+ * the payload's bytes, or of a jsonb payload's text form in UTF-8, which
+ * is what sha256(convert_to(payload::text, 'UTF8')) gives a consumer.
+ */
+static bytea *
+payload_digest(Datum payload, bool is_jsonb)
+{
+	Datum		bytes = payload;
+
+	if (is_jsonb)
+	{
+		char	   *json = DatumGetCString(DirectFunctionCall1(jsonb_out, payload));
+		char	   *utf8 = pg_server_to_any(json, strlen(json), PG_UTF8);
+		int			len = strlen(utf8);
+		bytea	   *raw = palloc(VARHDRSZ + len);
+
+		SET_VARSIZE(raw, VARHDRSZ + len);
+		memcpy(VARDATA(raw), utf8, len);
+		bytes = PointerGetDatum(raw);
+	}
+	return DatumGetByteaPP(DirectFunctionCall1(sha256_bytea, bytes));
+}
+
+/* inbox_receive for either payload type; the SQL overloads pick one */
+static Datum
+receive(FunctionCallInfo fcinfo, bool is_jsonb)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 3);
+	Datum		payload;
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', 'n', 'n'};
+	bool		received;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null"),
+				 errhint("A received message is processed later from its stored payload; "
+						 "use inbox_claim to record a message processed at once.")));
+	payload = PG_GETARG_DATUM(2);
+	if (payload_hash == NULL)
+		payload_hash = payload_digest(payload, is_jsonb);
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(message_id);
+	values[2] = PointerGetDatum(payload_hash);
+	values[3] = values[4] = (Datum) 0;
+	values[is_jsonb ? 3 : 4] = payload;
+	nulls[is_jsonb ? 3 : 4] = ' ';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	prepare_plans();
+	if (receive_plan == NULL)
+	{
+		Oid			types[5] = {TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID};
+
+		receive_plan = keep_plan(receive_sql, 5, types, 0);
+	}
+	received = claim_key(receive_plan, values, nulls, scope, message_id, payload_hash);
+	SPI_finish();
+	PG_RETURN_BOOL(received);
+}
+
+/*
+ * inbox_receive(scope text, message_id text, payload jsonb|bytea,
+ *				 payload_hash bytea) -> boolean
+ *
+ * Store the message as pending, to be taken later by inbox_take.  True if
+ * new; false (or IB001) if the key exists in any state; IB002 if it exists
+ * with another payload hash.
+ */
+Datum
+inbox_receive_json(PG_FUNCTION_ARGS)
+{
+	return receive(fcinfo, true);
+}
+
+Datum
+inbox_receive_bytes(PG_FUNCTION_ARGS)
+{
+	return receive(fcinfo, false);
 }
 
 /*

@@ -43,6 +43,9 @@ bool		inbox_purge_enabled = true;
 int			inbox_purge_lock_timeout = 200;
 int			inbox_max_scopes = 1000;
 
+/* Deferred mode: takes before a message is dead */
+int			inbox_max_attempts = 5;
+
 static const struct config_enum_entry on_duplicate_options[] = {
 	{"return", INBOX_ON_DUPLICATE_RETURN, false},
 	{"raise", INBOX_ON_DUPLICATE_RAISE, false},
@@ -147,6 +150,17 @@ _PG_init(void)
 							1, 600000,
 							PGC_SUSET,
 							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.max_attempts",
+							"Takes of a deferred message before it is dead.",
+							"A take counts as an attempt whether the worker fails it or is lost. "
+							"inbox_set_max_attempts() overrides it per scope.",
+							&inbox_max_attempts,
+							5,
+							1, 1000,
+							PGC_SUSET,
+							0,
 							NULL, NULL, NULL);
 
 	/* Sizing shared memory: only meaningful, and only defined, at preload */

@@ -48,6 +48,7 @@ extern int	inbox_purge_naptime;		/* seconds */
 extern bool inbox_purge_enabled;
 extern int	inbox_purge_lock_timeout;	/* milliseconds */
 extern int	inbox_max_scopes;
+extern int	inbox_max_attempts;
 
 /* keys.c: argument checks and safe quoting for messages */
 extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,

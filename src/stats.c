@@ -55,6 +55,7 @@ typedef struct InboxStatsEntry
 	pg_atomic_uint64 claims;
 	pg_atomic_uint64 duplicates;
 	pg_atomic_uint64 mismatches;
+	pg_atomic_uint64 failures;
 	pg_atomic_uint64 purged;
 	pg_atomic_uint64 last_purge;	/* TimestampTz, 0 = never */
 } InboxStatsEntry;
@@ -186,6 +187,7 @@ stats_add(Oid dbid, const char *scope, int len, InboxCounter which, uint64 delta
 			pg_atomic_init_u64(&entry->claims, 0);
 			pg_atomic_init_u64(&entry->duplicates, 0);
 			pg_atomic_init_u64(&entry->mismatches, 0);
+			pg_atomic_init_u64(&entry->failures, 0);
 			pg_atomic_init_u64(&entry->purged, 0);
 			pg_atomic_init_u64(&entry->last_purge, 0);
 		}
@@ -201,6 +203,9 @@ stats_add(Oid dbid, const char *scope, int len, InboxCounter which, uint64 delta
 			break;
 		case INBOX_COUNT_MISMATCH:
 			pg_atomic_fetch_add_u64(&entry->mismatches, delta);
+			break;
+		case INBOX_COUNT_FAILURE:
+			pg_atomic_fetch_add_u64(&entry->failures, delta);
 			break;
 		case INBOX_COUNT_PURGED:
 			pg_atomic_fetch_add_u64(&entry->purged, delta);
@@ -340,7 +345,10 @@ inbox_stats_forget(Oid dbid, const char *scope)
 
 /*
  * inbox.counters() -> SETOF (scope, claims, duplicates, mismatches, purged,
- * last_purge) for the current database.  No rows without the preload.
+ * last_purge[, failures]) for the current database.  No rows without the
+ * preload.  The failures column exists from version 0.3.0 of the SQL
+ * objects on; a database not yet updated declares six columns, so the
+ * tuple follows the declared descriptor.
  */
 Datum
 inbox_counters(PG_FUNCTION_ARGS)
@@ -358,8 +366,8 @@ inbox_counters(PG_FUNCTION_ARGS)
 	hash_seq_init(&status, inbox_stats_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		Datum		values[6];
-		bool		nulls[6] = {false, false, false, false, false, false};
+		Datum		values[7];
+		bool		nulls[7] = {false, false, false, false, false, false, false};
 		uint64		last;
 
 		if (entry->key.dbid != MyDatabaseId)
@@ -372,6 +380,8 @@ inbox_counters(PG_FUNCTION_ARGS)
 		last = pg_atomic_read_u64(&entry->last_purge);
 		values[5] = TimestampTzGetDatum((TimestampTz) last);
 		nulls[5] = (last == 0);
+		values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->failures));
+		Assert(rsinfo->setDesc->natts <= 7);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(inbox_shared->lock);
