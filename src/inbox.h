@@ -20,6 +20,9 @@
 #define ERRCODE_INBOX_DUPLICATE			MAKE_SQLSTATE('I','B','0','0','1')
 #define ERRCODE_INBOX_PAYLOAD_MISMATCH	MAKE_SQLSTATE('I','B','0','0','2')
 #define ERRCODE_INBOX_CLAIM_IN_FLIGHT	MAKE_SQLSTATE('I','B','0','0','3')
+/* Raised by the deferred mode's SQL functions, by these codes */
+#define ERRCODE_INBOX_NOT_OWNER			MAKE_SQLSTATE('I','B','0','0','4')
+#define ERRCODE_INBOX_NO_SUCH_MESSAGE	MAKE_SQLSTATE('I','B','0','0','5')
 
 /*
  * Limits on keys, in bytes of the server encoding.  Both key columns share

@@ -5,7 +5,9 @@
 #	  What does a claim cost?  pgbench ratios of the consumer transaction
 #	  with inbox_claim against the bare business transaction and against
 #	  the hand-written SQL inbox, plus a check that a long claiming session
-#	  does not grow its backend's memory.
+#	  does not grow its backend's memory.  Then retention (retention.sh):
+#	  purge throughput, claims with the purge running, steady state under
+#	  the highest ingest, and the table's size at steady state.
 #
 # Absolute tps depend on the machine; the ratios are the result.  All
 # variants run on the same throwaway cluster, in an order that rotates
@@ -14,12 +16,19 @@
 #
 # The cluster keeps fsync and synchronous_commit on: an inbox exists to
 # make an effect durable exactly once, so a figure that does not pay for
-# the commit's flush would flatter everything and compare nothing.
+# the commit's flush would flatter everything and compare nothing.  It
+# preloads the library, as production does (shared_preload_libraries =
+# 'inbox': the retention worker and the counters of inbox_stats), with the
+# worker switched off (inbox.purge_enabled = off) while claims are measured.
 #
 # Run by "make bench" (test/run.sh) as an unprivileged OS user with the
 # PostgreSQL bindir first on PATH; the extension must be installed.  Knobs
 # (environment): BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_JOBS,
-# BENCH_MEMORY_CLAIMS, BENCH_DUP_IDS.  See test/bench/README.md.
+# BENCH_MEMORY_CLAIMS, BENCH_DUP_IDS, BENCH_SKIP_CLAIMS, and for retention
+# BENCH_SKIP_RETENTION, BENCH_RETENTION_SECONDS, BENCH_PURGE_BACKLOG,
+# BENCH_PURGE_SCOPES, BENCH_RETENTION_RUN_SECONDS, BENCH_RETENTION_ROUNDS,
+# BENCH_RETENTION_CYCLES, BENCH_INGEST_CLIENTS, BENCH_INGEST_BATCH,
+# BENCH_SAMPLE_SECONDS, BENCH_RETENTION_PHASES.  See test/bench/README.md.
 #
 # test/bench/bench.sh
 #
@@ -34,13 +43,62 @@ clients=${BENCH_CLIENTS:-8}
 jobs=${BENCH_JOBS:-2}
 memory_claims=${BENCH_MEMORY_CLAIMS:-1000000}
 dup_ids=${BENCH_DUP_IDS:-100000}
+skip_claims=${BENCH_SKIP_CLAIMS:-0}
+skip_retention=${BENCH_SKIP_RETENTION:-0}
+retention=${BENCH_RETENTION_SECONDS:-15}
+backlog=${BENCH_PURGE_BACKLOG:-1000000}
+backlog_scopes=${BENCH_PURGE_SCOPES:-4}
+ret_run_seconds=${BENCH_RETENTION_RUN_SECONDS:-30}
+ret_rounds=${BENCH_RETENTION_ROUNDS:-3}
+cycles=${BENCH_RETENTION_CYCLES:-5}
+ingest_clients=${BENCH_INGEST_CLIENTS:-2}
+ingest_batch=${BENCH_INGEST_BATCH:-50}
+sample_seconds=${BENCH_SAMPLE_SECONDS:-3}
+ret_phases=${BENCH_RETENTION_PHASES:-throughput claims steady}
 
-for knob in seconds rounds clients jobs memory_claims dup_ids; do
+for knob in seconds rounds clients jobs memory_claims dup_ids retention backlog \
+	backlog_scopes ret_run_seconds ret_rounds cycles ingest_clients ingest_batch \
+	sample_seconds; do
 	if ! [[ ${!knob} =~ ^[1-9][0-9]*$ ]]; then
 		echo "bench.sh: $knob must be a positive integer, not \"${!knob}\"" >&2
 		exit 2
 	fi
 done
+for knob in skip_claims skip_retention; do
+	if ! [[ ${!knob} =~ ^[01]$ ]]; then
+		echo "bench.sh: BENCH_${knob^^} must be 0 or 1, not \"${!knob}\"" >&2
+		exit 2
+	fi
+done
+for phase in $ret_phases; do
+	case $phase in
+		throughput | claims | steady) ;;
+		*) echo "bench.sh: BENCH_RETENTION_PHASES: unknown phase \"$phase\"" \
+			"(throughput, claims, steady)" >&2
+		   exit 2 ;;
+	esac
+done
+if [ "$ret_run_seconds" -le "$retention" ]; then
+	# Otherwise a run with the purge on would end before anything it
+	# claimed could expire.
+	echo "bench.sh: BENCH_RETENTION_RUN_SECONDS must be longer than BENCH_RETENTION_SECONDS" >&2
+	exit 2
+fi
+if [ "$cycles" -lt 3 ]; then
+	# Cycle 1 has nothing to purge; "stops growing" needs two cycles after it.
+	echo "bench.sh: BENCH_RETENTION_CYCLES must be at least 3" >&2
+	exit 2
+fi
+if [ "$sample_seconds" -gt "$retention" ]; then
+	echo "bench.sh: BENCH_SAMPLE_SECONDS must be at most BENCH_RETENTION_SECONDS" >&2
+	exit 2
+fi
+if [ "$ingest_batch" -gt 999 ] || [ "$backlog_scopes" -gt 64 ] || [ "$backlog" -lt "$backlog_scopes" ]; then
+	# ingest.sql's ids are r * 1000 + i; each backlog scope has ids of its own
+	echo "bench.sh: BENCH_INGEST_BATCH must be at most 999, BENCH_PURGE_SCOPES at most 64" \
+		"and at most BENCH_PURGE_BACKLOG" >&2
+	exit 2
+fi
 if [ "$memory_claims" -lt 20000 ]; then
 	# The warm-up alone is 10,000 claims, and the check needs some after it.
 	echo "bench.sh: BENCH_MEMORY_CLAIMS must be at least 20000" >&2
@@ -51,7 +109,7 @@ if [ "$rounds" -gt 150 ]; then
 	exit 2
 fi
 
-for prog in initdb pg_ctl psql pgbench postgres; do
+for prog in initdb pg_ctl psql pgbench postgres createdb dropdb; do
 	command -v "$prog" >/dev/null || {
 		echo "bench.sh: $prog not found; put PostgreSQL's bindir first on PATH" >&2
 		exit 2
@@ -93,7 +151,9 @@ initdb -D "$data" -A trust -E UTF8 --locale=C --no-sync >"$work/initdb.log" 2>&1
 # so that every run pays the same full-page images after a checkpoint), and
 # autovacuum is off so that it cannot land in one variant's run and not in
 # another's; the tables are insert-only, so there is nothing for it to
-# clean up anyway.
+# clean up anyway.  The library is preloaded, as in production, but its
+# purge worker is off: the claim variants measure claims only (retention.sh
+# switches it, and autovacuum, with ALTER SYSTEM where it needs them).
 #
 cat >>"$data/postgresql.conf" <<EOF
 
@@ -111,6 +171,8 @@ max_wal_size = 8GB
 checkpoint_timeout = 1h
 autovacuum = off
 log_checkpoints = on
+shared_preload_libraries = 'inbox'
+inbox.purge_enabled = off
 EOF
 
 pg_ctl -D "$data" -l "$log" -w -t 60 start >/dev/null || {
@@ -122,6 +184,23 @@ createdb bench
 sql()
 {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -c "$1"
+}
+
+fail()
+{
+	echo "bench.sh: $*" >&2
+	exit 1
+}
+
+# stats LIST: "median min max" of whitespace-separated numbers
+stats()
+{
+	tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g | awk '
+		{ x[NR] = $1 }
+		END {
+			m = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
+			printf "%.1f %.1f %.1f\n", m, x[1], x[NR]
+		}'
 }
 
 #
@@ -154,9 +233,10 @@ cluster_procs()
 	done
 }
 
-# wait_backends: until no backend of the cluster is left (each psql and
-# pgbench connection leaves one behind for a moment after it exits); the
-# auxiliary processes' titles do not name the database.
+# wait_backends: until no client backend of the cluster is left (each psql
+# and pgbench connection leaves one behind for a moment after it exits).
+# Their titles read "postgres: USER DATABASE [local] ..."; the auxiliary
+# processes' and the background workers' do not.
 wait_backends()
 {
 	local tries pid rest title busy
@@ -165,7 +245,7 @@ wait_backends()
 		while read -r pid rest; do
 			title=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || continue
 			case $title in
-				*" bench "*) busy=1 ;;
+				*" [local] "*) busy=1 ;;
 			esac
 		done < <(cluster_procs)
 		[ $busy = 0 ] && return 0
@@ -188,7 +268,9 @@ cluster_ticks()
 	echo "$t"
 }
 
-psql -X -q -v ON_ERROR_STOP=1 -v dup_ids="$dup_ids" -f "$here/setup.sql" >/dev/null
+if [ "$skip_claims" = 0 ]; then
+	psql -X -q -v ON_ERROR_STOP=1 -v dup_ids="$dup_ids" -f "$here/setup.sql" >/dev/null
+fi
 
 #
 # The header: enough about the machine and the settings for someone else to
@@ -199,7 +281,8 @@ mem_total=$(awk '/^MemTotal:/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo
 settings_sql="SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
 	FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes',
 	'wal_sync_method', 'shared_buffers', 'max_connections', 'wal_level', 'max_wal_size',
-	'checkpoint_timeout', 'autovacuum', 'wal_buffers', 'work_mem')"
+	'checkpoint_timeout', 'autovacuum', 'wal_buffers', 'work_mem', 'shared_preload_libraries',
+	'inbox.purge_enabled')"
 
 echo "# inbox benchmark"
 echo
@@ -209,10 +292,18 @@ echo "- load avg:   $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min, at start)"
 echo "- PostgreSQL: $(sql 'SELECT version()')"
 echo "- pgbench:    $(pgbench --version)"
 echo "- settings:   $(sql "$settings_sql")"
-echo "- runs:       pgbench -c $clients -j $jobs -M prepared -T $seconds, $rounds round(s)," \
-	"order rotated every round, CHECKPOINT before every run"
-echo "- (d) draws from $dup_ids ids claimed before the runs"
+if [ "$skip_claims" = 0 ]; then
+	echo "- runs:       pgbench -c $clients -j $jobs -M prepared -T $seconds, $rounds round(s)," \
+		"order rotated every round, CHECKPOINT before every run"
+	echo "- (d) draws from $dup_ids ids claimed before the runs"
+fi
 echo
+
+#
+# The claim benchmark, up to "fi # skip_claims" (BENCH_SKIP_CLAIMS=1 skips
+# it).
+#
+if [ "$skip_claims" = 0 ]; then
 
 #
 # The variants: name, script, scope, and a short description for the table.
@@ -343,17 +434,6 @@ for ((r = 0; r < rounds; r++)); do
 done
 echo
 
-# stats LIST: "median min max" of whitespace-separated numbers
-stats()
-{
-	tr ' ' '\n' <<<"$1" | sed '/^$/d' | sort -g | awk '
-		{ x[NR] = $1 }
-		END {
-			m = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
-			printf "%.1f %.1f %.1f\n", m, x[1], x[NR]
-		}'
-}
-
 declare -A median
 echo "## Median tps over $rounds round(s) of ${seconds}s"
 echo
@@ -441,4 +521,9 @@ else
 	echo "memory target (no growth): NOT met"
 fi
 echo
+fi # skip_claims
+
+if [ "$skip_retention" = 0 ]; then
+	. "$here/retention.sh"
+fi
 echo "- finished:   $(date -u '+%Y-%m-%d %H:%M:%S UTC'), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
