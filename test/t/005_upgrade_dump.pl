@@ -1,0 +1,137 @@
+# test/t/005_upgrade_dump.pl
+#
+# The dedup history survives the operations that move it:
+#   - ALTER EXTENSION inbox UPDATE from every earlier version keeps every
+#     entry, and a message claimed before the update is still a duplicate;
+#   - pg_dump and restore keep entries in every state, their payloads and
+#     results, and per-scope settings: a message claimed before the dump is
+#     a duplicate after the restore, and a pending one can still be taken.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('upgrade');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'inbox'\ninbox.purge_enabled = off\n");
+$node->start;
+
+sub sql { my $db = shift; return $node->safe_psql($db, @_); }
+
+my $latest = sql('postgres',
+	"SELECT default_version FROM pg_available_extensions WHERE name = 'inbox'");
+
+# --- update from the first release, one version at a time -------------------
+sql('postgres', 'CREATE DATABASE up');
+sql('up', "CREATE EXTENSION inbox VERSION '0.1.0'");
+sql('up', q{
+	SELECT count(inbox_claim('billing', 'INV-' || g, sha256(convert_to(g::text, 'UTF8'))))
+	FROM generate_series(1, 500) g;
+});
+my $before = sql('up',
+	"SELECT md5(string_agg(scope || message_id || received_at || payload_hash, ',' ORDER BY scope, message_id)) FROM inbox.entries");
+
+my @path = split /\n/, sql('up',
+	"SELECT target FROM pg_extension_update_paths('inbox') WHERE source = '0.1.0' AND target = '$latest'");
+ok(@path, "an update path leads from 0.1.0 to $latest");
+
+for my $version ('0.2.0', $latest)
+{
+	sql('up', "ALTER EXTENSION inbox UPDATE TO '$version'");
+	is(sql('up', "SELECT extversion FROM pg_extension WHERE extname = 'inbox'"),
+		$version, "updated to $version");
+	is( sql('up',
+			"SELECT md5(string_agg(scope || message_id || received_at || payload_hash, ',' ORDER BY scope, message_id)) FROM inbox.entries"
+		),
+		$before,
+		"every entry is kept, unchanged, by the update to $version");
+	is( sql('up',
+			"SELECT count(*) FILTER (WHERE inbox_claim('billing', 'INV-' || g, sha256(convert_to(g::text, 'UTF8')))) FROM generate_series(1, 500) g"
+		),
+		0, "messages claimed before the update are duplicates after it ($version)");
+}
+
+# The updated database has everything a fresh install has.
+sql('postgres', 'CREATE DATABASE fresh');
+sql('fresh', 'CREATE EXTENSION inbox');
+my $objects = q{
+	SELECT string_agg(pg_describe_object(classid, objid, objsubid), E'\n' ORDER BY 1)
+	FROM pg_depend
+	WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+	  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'inbox')
+};
+is(sql('up', $objects), sql('fresh', $objects),
+	'an updated database has the same objects as a fresh install');
+my $columns = q{
+	SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+	FROM pg_attribute WHERE attrelid = 'inbox.entries'::regclass AND attnum > 0 AND NOT attisdropped
+};
+is(sql('up', $columns), sql('fresh', $columns), 'with the same columns in the same order');
+is(sql('up', "SELECT inbox_receive('orders', 'after-update', '{}'::jsonb)"),
+	't', 'the deferred mode works after the update');
+
+# --- pg_dump and restore ----------------------------------------------------------
+sql('postgres', 'CREATE DATABASE src');
+sql('src', 'CREATE EXTENSION inbox');
+sql('src', q{
+	SELECT inbox_claim('billing', 'INV-1', sha256('one'));
+	SELECT inbox_receive('orders', 'pending-1', '{"n": 1}'::jsonb);
+	SELECT inbox_receive('orders', 'done-1', '{"n": 2}'::jsonb);
+	SELECT inbox_receive('orders', 'dead-1', '\x0102'::bytea);
+	SELECT inbox_set_retention('billing', '30 days');
+	SELECT inbox_set_max_attempts('orders', 1);
+});
+# done-1 completed with a result, dead-1 failed into the dead letters.
+sql('src', q{
+	CREATE FUNCTION finish() RETURNS void LANGUAGE plpgsql AS $$
+	DECLARE m record;
+	BEGIN
+		FOR m IN SELECT * FROM inbox_take('orders', 10) WHERE message_id <> 'pending-1' LOOP
+			IF m.message_id = 'done-1' THEN
+				PERFORM inbox_complete('orders', m.message_id, '{"shipment": "S-1"}');
+			ELSE
+				PERFORM inbox_fail('orders', m.message_id, 'bad EDI');
+			END IF;
+		END LOOP;
+	END $$;
+	SELECT finish();
+	-- pending-1 was taken too by that call; put it back as the test needs it
+	UPDATE inbox.entries SET state = 'p', owner_session = NULL, attempts = 0
+	 WHERE message_id = 'pending-1';
+});
+my $state = q{
+	SELECT string_agg(concat_ws('|', scope, message_id, state, received_at, payload_hash,
+								payload, payload_bytes, attempts, last_error, result),
+					  E'\n' ORDER BY scope, message_id)
+	FROM inbox.entries
+};
+my $src_state = sql('src', $state);
+is(scalar(my @lines = split(/\n/, $src_state)), 4, 'the source holds four entries to compare');
+like($src_state, qr/\|p\|.*\n.*\|x\|/s, 'in several states') or diag($src_state);
+my $settings = "SELECT string_agg(concat_ws('|', scope, retention, max_attempts), ',' ORDER BY scope) FROM inbox.scopes WHERE retention IS NOT NULL OR max_attempts IS NOT NULL";
+my $src_settings = sql('src', $settings);
+
+my $dump = $node->basedir . '/src.dump';
+$node->command_ok(
+	[ 'pg_dump', '--format=custom', '--file', $dump, '--dbname', $node->connstr('src') ],
+	'pg_dump of a database using the extension');
+sql('postgres', 'CREATE DATABASE restored');
+$node->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--dbname', $node->connstr('restored'), $dump ],
+	'pg_restore into a new database');
+
+is(sql('restored', $state), $src_state,
+	'every entry is restored with its state, times, hashes, payloads, attempts, errors and results');
+is(sql('restored', $settings), $src_settings, 'per-scope settings are restored');
+is(sql('restored', "SELECT inbox_claim('billing', 'INV-1', sha256('one'))"),
+	'f', 'a message claimed before the dump is a duplicate after the restore');
+is(sql('restored', "SELECT message_id FROM inbox_take('orders')"),
+	'pending-1', 'a pending message can still be taken');
+is(sql('restored', "SELECT inbox_result('orders', 'done-1')"),
+	'{"shipment": "S-1"}', 'a stored result is still there');
+is(sql('restored', "SELECT message_id FROM inbox_dead_letters"),
+	'dead-1', 'and so is the dead letter');
+
+$node->stop;
+done_testing();
