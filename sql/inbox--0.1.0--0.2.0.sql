@@ -233,6 +233,15 @@ AS $$
 DECLARE
 	n bigint;
 BEGIN
+	/*
+	 * The worker observes in one transaction and purges in others; between
+	 * them an inbox_purge() may have taken the scope (and will update its
+	 * clock row).  Skip the scope rather than wait for that transaction: the
+	 * same try-lock as inbox.observe, which a session may hold twice.
+	 */
+	IF NOT pg_try_advisory_xact_lock(1768841849, hashtext(p_scope)) THEN	-- 'inby'
+		RETURN 0;
+	END IF;
 	EXECUTE format(
 		'DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY('
 		'  SELECT ctid FROM %1$s'
