@@ -183,38 +183,51 @@ BEGIN
 	me := inbox.session_key();
 	allowed := inbox.max_attempts(inbox_take.scope);
 
-	-- A lost message that has had all its attempts is dead, not taken
-	-- again: a message that kills its worker must not loop forever.
-	UPDATE inbox.entries AS e
-	   SET state = 'x', owner_session = NULL, lease_until = NULL, finished_at = now(),
-		   last_error = coalesce(e.last_error, 'worker lost during the last allowed attempt')
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-	   AND e.message_id IN (
-			SELECT c.message_id FROM inbox.entries AS c
-			 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-			   AND c.state <> 'd' AND c.state = 'r' AND c.attempts >= allowed
-			   AND (c.lease_until < now() OR NOT inbox.session_alive(c.owner_session))
-			   FOR UPDATE SKIP LOCKED);
-
+	/*
+	 * One pass, oldest first, over the open-messages index: pending
+	 * messages that are due, and processing ones whose owner is gone or
+	 * whose lease ran out.  A lost message that has had all its attempts
+	 * is marked dead instead of being handed out (a message that kills its
+	 * worker must not loop forever); it still uses up a place in
+	 * max_messages, so a take can return fewer rows than are pending.
+	 */
 	RETURN QUERY
-	WITH taken AS (
+	WITH candidates AS (
+		SELECT c.message_id
+		  FROM inbox.entries AS c
+		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
+		   AND c.state <> 'd'
+		   AND ((c.state = 'p' AND (c.visible_after IS NULL OR c.visible_after <= now()))
+				OR (c.state = 'r' AND (c.lease_until < now()
+									   OR NOT inbox.session_alive(c.owner_session))))
+		 ORDER BY c.received_at
+		 LIMIT max_messages
+		   FOR UPDATE SKIP LOCKED),
+	taken AS (
 		UPDATE inbox.entries AS e
-		   SET state = 'r', attempts = coalesce(e.attempts, 0) + 1, owner_session = me,
-			   taken_at = now(), lease_until = now() + lease, visible_after = NULL
+		   SET state = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+							THEN 'x' ELSE 'r' END::"char",
+			   attempts = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+							   THEN e.attempts ELSE coalesce(e.attempts, 0) + 1 END,
+			   owner_session = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+									THEN NULL ELSE me END,
+			   taken_at = now(),
+			   lease_until = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+								  THEN NULL ELSE now() + lease END,
+			   visible_after = NULL,
+			   finished_at = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+								  THEN now() ELSE e.finished_at END,
+			   last_error = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+								 THEN coalesce(e.last_error, 'worker lost during the last allowed attempt')
+								 ELSE e.last_error END
+		  FROM candidates AS k
 		 WHERE e.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-		   AND e.message_id IN (
-				SELECT c.message_id FROM inbox.entries AS c
-				 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-				   AND c.state <> 'd'
-				   AND ((c.state = 'p' AND (c.visible_after IS NULL OR c.visible_after <= now()))
-						OR (c.state = 'r' AND (c.lease_until < now()
-											   OR NOT inbox.session_alive(c.owner_session))))
-				 ORDER BY c.received_at
-				 LIMIT max_messages
-				   FOR UPDATE SKIP LOCKED)
-		RETURNING e.message_id, e.payload, e.payload_bytes, e.attempts, e.received_at)
+		   AND e.message_id OPERATOR(pg_catalog.=) k.message_id
+		RETURNING e.message_id, e.payload, e.payload_bytes, e.attempts, e.received_at, e.state)
 	SELECT t.message_id, t.payload, t.payload_bytes, t.attempts, t.received_at
-	  FROM taken AS t ORDER BY t.received_at, t.message_id;
+	  FROM taken AS t
+	 WHERE t.state = 'r'
+	 ORDER BY t.received_at, t.message_id;
 END
 $$;
 
