@@ -184,19 +184,20 @@ BEGIN
 		RETURN NULL;			-- another purger is on this scope right now
 	END IF;
 
-	-- The entries received since the last look, and the gaps between them
-	-- (including the gap from the newest entry seen last time).
-	SELECT count(*) FILTER (WHERE s.observed_until IS NULL
-									OR e.received_at > s.observed_until),
+	-- The entries received since the last look, and the gaps between them;
+	-- the first gap starts at the newest entry seen last time.  Strictly
+	-- after it: entries sharing its timestamp (one transaction's claims)
+	-- were counted then and must not be read again at every round.
+	SELECT count(*),
 		   max(e.received_at),
 		   coalesce(array_agg(tstzrange(e.prev, e.received_at))
 					FILTER (WHERE e.received_at - e.prev > p_idle), '{}')
 	  INTO seen_new, latest, gaps
 	  FROM (SELECT received_at,
-				   lag(received_at) OVER (ORDER BY received_at) AS prev
+				   lag(received_at, 1, s.observed_until) OVER (ORDER BY received_at) AS prev
 			  FROM inbox.entries
 			 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-			   AND received_at >= coalesce(s.observed_until, '-infinity')) AS e;
+			   AND received_at > coalesce(s.observed_until, '-infinity')) AS e;
 
 	latest := coalesce(latest, s.observed_until);
 	all_pauses := s.pauses || gaps;
