@@ -526,4 +526,7 @@ fi # skip_claims
 if [ "$skip_retention" = 0 ]; then
 	. "$here/retention.sh"
 fi
+if [ "${BENCH_SKIP_DEFERRED:-0}" = 0 ]; then
+	. "$here/deferred.sh"
+fi
 echo "- finished:   $(date -u '+%Y-%m-%d %H:%M:%S UTC'), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
