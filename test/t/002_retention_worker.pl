@@ -107,6 +107,20 @@ ok($node->poll_query_until('second',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'billing'"),
 	'a database where the extension was just created is served');
 
+# --- SIGTERM: a clean exit, and the postmaster brings the launcher back ----------
+my $log_offset = -s $node->logfile;
+my $term_pid = launcher_pid();
+sql('postgres', "SELECT pg_terminate_backend($term_pid)");
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher' AND pid <> $term_pid"
+	),
+	'after SIGTERM the launcher exits and is started again');
+my $term_log = substr(slurp_file($node->logfile), $log_offset);
+like($term_log, qr/terminating background worker "inbox launcher" due to administrator command/,
+	'the launcher exits on SIGTERM as every backend does');
+unlike($term_log, qr/terminated by signal|server process .* was terminated|all server processes terminated/,
+	'no crash and no restart of the other backends');
+
 # --- kill -9, then an immediate shutdown -------------------------------------------
 my $pid = launcher_pid();
 kill 'KILL', $pid;
