@@ -27,15 +27,9 @@ echo
 
 createdb deferred_bench
 export PGDATABASE=deferred_bench
+# The extension and the business table, as in the retention phases
+psql -X -q -v ON_ERROR_STOP=1 -f "$here/retention_setup.sql" >/dev/null
 psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
-SET client_min_messages = warning;
-CREATE EXTENSION inbox;
-CREATE TABLE orders (
-	order_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	message_id text NOT NULL,
-	amount_cents bigint NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now()
-);
 CREATE PROCEDURE bench_work(p_scope text, n integer) LANGUAGE plpgsql AS $$
 DECLARE
 	ids text[];
