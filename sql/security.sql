@@ -66,6 +66,14 @@ SELECT state, received_at > 'epoch' AS real_time FROM inbox_status('billing', 's
 SELECT count(*) AS untouched FROM app.entries;
 RESET search_path;
 
+-- An operator granted SELECT on the views reads them, and still not the tables.
+\c - :superuser
+GRANT SELECT ON inbox_stats, inbox_dead_letters TO inbox_regress_app;
+\c - inbox_regress_app
+SELECT scope, claims > 0 AS counted FROM inbox_stats WHERE scope = 'billing';
+SELECT count(*) FROM inbox_dead_letters;
+SELECT regress.try($$SELECT count(*) FROM inbox.scopes$$);
+
 \c - :superuser
 SET timezone = 'UTC';
 -- The claims above landed in the real table, with real timestamps.
