@@ -1,0 +1,183 @@
+# test/t/006_fuzz.pl
+#
+# Bad input never hurts: 10,000 random calls of every API function, with
+# random text (any Unicode character but NUL and surrogates, control
+# characters included), random bytes, empty and huge values, NULL in every
+# position, wrong types through text casts, and intervals negative or huge.
+# Every call must either succeed or raise a clean error with an expected
+# SQLSTATE; the server must not crash; and no entry may exist that no
+# successful call made.
+#
+# The fuzzer runs inside the server (PL/pgSQL, each call in its own
+# subtransaction), seeded, so that a failure can be replayed.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('fuzz');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'inbox'\ninbox.purge_enabled = off\nrestart_after_crash = off\n");
+$node->start;
+my $log_offset = -s $node->logfile;
+
+$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
+$node->safe_psql(
+	'postgres', q{
+CREATE TABLE fuzz_log (n int, call text, sqlstate text, message text);
+CREATE TABLE fuzz_made (scope text COLLATE "C", message_id text COLLATE "C");
+
+-- A random text argument: NULL, empty, huge, or random characters.
+CREATE FUNCTION rnd_text() RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	r float8 := random();
+	n int;
+	s text := '';
+	c int;
+BEGIN
+	IF r < 0.05 THEN RETURN NULL; END IF;
+	IF r < 0.10 THEN RETURN ''; END IF;
+	IF r < 0.13 THEN RETURN repeat(chr(65 + (random() * 25)::int), 1000 + (random() * 2000000)::int); END IF;
+	IF r < 0.40 THEN RETURN 's' || (random() * 20)::int; END IF;   -- keys that repeat
+	n := 1 + (random() * 40)::int;
+	FOR i IN 1 .. n LOOP
+		IF random() < 0.7 THEN
+			c := 1 + (random() * 126)::int;              -- ASCII, controls included
+		ELSE
+			c := 128 + (random() * 1113000)::int;        -- the rest of Unicode
+			IF c BETWEEN 55296 AND 57343 THEN c := 65533; END IF;   -- no surrogates
+			IF c > 1114111 THEN c := 1114111; END IF;
+		END IF;
+		s := s || chr(c);
+	END LOOP;
+	RETURN s;
+END $$;
+
+CREATE FUNCTION rnd_bytea() RETURNS bytea LANGUAGE plpgsql AS $$
+DECLARE
+	r float8 := random();
+BEGIN
+	IF r < 0.15 THEN RETURN NULL; END IF;
+	IF r < 0.20 THEN RETURN ''::bytea; END IF;
+	IF r < 0.23 THEN RETURN decode(repeat('ab', 100000), 'hex'); END IF;
+	RETURN decode(string_agg(lpad(to_hex((random() * 255)::int), 2, '0'), ''), 'hex')
+	  FROM generate_series(1, 1 + (random() * 80)::int);
+END $$;
+
+CREATE FUNCTION rnd_interval() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, '0', '-1 second', '-1000 years', '1 microsecond', '1 hour',
+				  '178000000 years', '1 mon', '-3 days 4 hours', 'garbage', '1e300 seconds'])
+		   [1 + (random() * 10)::int]
+$$;
+
+CREATE FUNCTION rnd_int() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, '0', '-1', '1', '5', '10000', '10001', '2147483647',
+				  '-2147483648', 'x', '1e10'])[1 + (random() * 10)::int]
+$$;
+
+CREATE FUNCTION rnd_json() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, '{}', '[]', '"x"', '{"a": 1}', 'not json', '{"deep": [[[[1]]]]}',
+				  '{"k": "' || repeat('v', 100000) || '"}', 'null', '1'])[1 + (random() * 9)::int]
+$$;
+
+CREATE PROCEDURE fuzz(calls int) LANGUAGE plpgsql AS $$
+DECLARE
+	sql text;
+	f int;
+	st text;
+	msg text;
+	res text;
+	a text;
+	b text;
+BEGIN
+	PERFORM setseed(0.4242);
+	FOR n IN 1 .. calls LOOP
+		f := (random() * 13)::int;
+		a := rnd_text();
+		b := rnd_text();
+		sql := CASE f
+			WHEN 0 THEN format('SELECT inbox_claim(%L, %L, %L::bytea)::text', a, b, rnd_bytea())
+			WHEN 1 THEN format('SELECT inbox_claim(%L, %L)::text', a, b)
+			WHEN 2 THEN format('SELECT count(*)::text FROM inbox_status(%L, %L)', a, b)
+			WHEN 3 THEN format('SELECT inbox_receive(%L, %L, %L::jsonb, %L::bytea)::text', a, b, rnd_json(), rnd_bytea())
+			WHEN 4 THEN format('SELECT inbox_receive(%L, %L, %L::bytea)::text', a, b, rnd_bytea())
+			WHEN 5 THEN format('SELECT count(*)::text FROM inbox_take(%L, %L::integer, %L::interval)', rnd_text(), rnd_int(), rnd_interval())
+			WHEN 6 THEN format('SELECT inbox_complete(%L, %L, %L::jsonb)::text', rnd_text(), rnd_text(), rnd_json())
+			WHEN 7 THEN format('SELECT inbox_fail(%L, %L, %L, %L::interval)', rnd_text(), rnd_text(), rnd_text(), rnd_interval())
+			WHEN 8 THEN format('SELECT inbox_extend(%L, %L, %L::interval)::text', rnd_text(), rnd_text(), rnd_interval())
+			WHEN 9 THEN format('SELECT inbox_requeue(%L, %L)::text', rnd_text(), rnd_text())
+			WHEN 10 THEN format('SELECT inbox_set_retention(%L, %L::interval)::text', rnd_text(), rnd_interval())
+			WHEN 11 THEN format('SELECT inbox_set_max_attempts(%L, %L::integer)::text', rnd_text(), rnd_int())
+			WHEN 12 THEN format('SELECT inbox_result(%L, %L)::text', rnd_text(), rnd_text())
+			ELSE 'SELECT inbox_purge()::text'
+		END;
+		BEGIN
+			EXECUTE sql INTO res;
+			st := '00000';
+			msg := NULL;
+			IF f IN (0, 1, 3, 4) AND res = 'true' THEN
+				INSERT INTO fuzz_made VALUES (a, b);
+			END IF;
+		EXCEPTION WHEN OTHERS THEN
+			GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+		END;
+		INSERT INTO fuzz_log VALUES (n, left(sql, 200), st, left(msg, 200));
+		IF n % 500 = 0 THEN
+			COMMIT;
+		END IF;
+	END LOOP;
+END $$;
+});
+
+my ($rc, $out, $err) = $node->psql('postgres', 'CALL fuzz(10000)');
+is($rc, 0, 'the fuzzer ran to the end') or diag($err);
+
+is($node->safe_psql('postgres', 'SELECT count(*) FROM fuzz_log'),
+	10000, '10,000 calls were made');
+
+# Every outcome is a success or an error of an expected class:
+#   22 data exception (our checks, casts of the fuzzer's own arguments,
+#      out-of-range intervals), 54 program limit, IB the extension's own,
+#   42725/42883 function resolution, 0A000 feature not supported.
+my $unexpected = $node->safe_psql(
+	'postgres', q{
+	SELECT string_agg(DISTINCT sqlstate || ' ' || message, E'\n')
+	FROM fuzz_log
+	WHERE sqlstate <> '00000' AND left(sqlstate, 2) NOT IN ('22', '54', 'IB')
+	  AND sqlstate NOT IN ('42725', '42883', '0A000')
+});
+is($unexpected, '', 'every failing call raised an expected SQLSTATE')
+  or diag($unexpected);
+note $node->safe_psql('postgres',
+	"SELECT string_agg(sqlstate || ': ' || n, ', ' ORDER BY n DESC) FROM (SELECT sqlstate, count(*) AS n FROM fuzz_log GROUP BY 1) s");
+cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM fuzz_log WHERE sqlstate = '00000'"),
+	'>', 1000, 'and many calls succeeded, so the valid paths were exercised too');
+
+# No entry that no successful claim or receive made; none malformed.
+is( $node->safe_psql(
+		'postgres', q{
+	SELECT count(*) FROM inbox.entries
+	WHERE octet_length(scope) NOT BETWEEN 1 AND 256
+	   OR octet_length(message_id) NOT BETWEEN 1 AND 1024
+	   OR octet_length(payload_hash) NOT BETWEEN 1 AND 64
+	   OR (state <> 'd' AND payload IS NULL AND payload_bytes IS NULL)
+}),
+	0, 'no partial or malformed entry exists');
+is( $node->safe_psql(
+		'postgres', q{
+	SELECT count(*) FROM inbox.entries e
+	WHERE NOT EXISTS (SELECT FROM fuzz_made f WHERE f.scope = e.scope AND f.message_id = e.message_id)
+}),
+	0, 'every entry was made by a call that succeeded');
+cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM fuzz_made'), '>', 100,
+	'(and there are entries to check)');
+
+my $log = substr(slurp_file($node->logfile), $log_offset);
+unlike($log, qr/terminated by signal|server process .* was terminated|PANIC/,
+	'the server never crashed');
+is($node->safe_psql('postgres', 'SELECT 1'), 1, 'and still answers');
+
+$node->stop;
+done_testing();
