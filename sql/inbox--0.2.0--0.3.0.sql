@@ -193,7 +193,9 @@ BEGIN
 	 */
 	RETURN QUERY
 	WITH candidates AS (
-		SELECT c.message_id
+		-- dies: lost after its last allowed attempt (the row is locked, so
+		-- its state cannot change before the UPDATE below)
+		SELECT c.message_id, (c.state = 'r' AND c.attempts >= allowed) AS dies
 		  FROM inbox.entries AS c
 		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
 		   AND c.state <> 'd'
@@ -205,19 +207,14 @@ BEGIN
 		   FOR UPDATE SKIP LOCKED),
 	taken AS (
 		UPDATE inbox.entries AS e
-		   SET state = CASE WHEN e.state = 'r' AND e.attempts >= allowed
-							THEN 'x' ELSE 'r' END::"char",
-			   attempts = CASE WHEN e.state = 'r' AND e.attempts >= allowed
-							   THEN e.attempts ELSE coalesce(e.attempts, 0) + 1 END,
-			   owner_session = CASE WHEN e.state = 'r' AND e.attempts >= allowed
-									THEN NULL ELSE me END,
+		   SET state = CASE WHEN k.dies THEN 'x' ELSE 'r' END::"char",
+			   attempts = CASE WHEN k.dies THEN e.attempts ELSE coalesce(e.attempts, 0) + 1 END,
+			   owner_session = CASE WHEN k.dies THEN NULL ELSE me END,
 			   taken_at = now(),
-			   lease_until = CASE WHEN e.state = 'r' AND e.attempts >= allowed
-								  THEN NULL ELSE now() + lease END,
+			   lease_until = CASE WHEN k.dies THEN NULL ELSE now() + lease END,
 			   visible_after = NULL,
-			   finished_at = CASE WHEN e.state = 'r' AND e.attempts >= allowed
-								  THEN now() ELSE e.finished_at END,
-			   last_error = CASE WHEN e.state = 'r' AND e.attempts >= allowed
+			   finished_at = CASE WHEN k.dies THEN now() ELSE e.finished_at END,
+			   last_error = CASE WHEN k.dies
 								 THEN coalesce(e.last_error, 'worker lost during the last allowed attempt')
 								 ELSE e.last_error END
 		  FROM candidates AS k
@@ -266,18 +263,20 @@ AS $$
 #variable_conflict use_column
 DECLARE
 	new_state "char";
+	allowed integer;
 BEGIN
 	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
 	IF retry_after < interval '0' THEN
 		RAISE EXCEPTION 'retry_after must not be negative'
 			USING ERRCODE = '22023';
 	END IF;
+	allowed := inbox.max_attempts(inbox_fail.scope);
 	UPDATE inbox.entries AS e
-	   SET state = CASE WHEN coalesce(e.attempts, 0) >= inbox.max_attempts(e.scope)
+	   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed
 						THEN 'x' ELSE 'p' END::"char",
-		   visible_after = CASE WHEN coalesce(e.attempts, 0) >= inbox.max_attempts(e.scope)
+		   visible_after = CASE WHEN coalesce(e.attempts, 0) >= allowed
 								THEN NULL ELSE now() + coalesce(retry_after, interval '0') END,
-		   finished_at = CASE WHEN coalesce(e.attempts, 0) >= inbox.max_attempts(e.scope)
+		   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed
 							  THEN now() END,
 		   owner_session = NULL, lease_until = NULL, last_error = inbox_fail.error
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_fail.scope COLLATE "C"
