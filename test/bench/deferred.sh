@@ -28,7 +28,7 @@ echo
 createdb deferred_bench
 export PGDATABASE=deferred_bench
 # The extension and the business table, as in the retention phases
-psql -X -q -v ON_ERROR_STOP=1 -f "$here/retention_setup.sql" >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 -f "$here/base.sql" >/dev/null
 psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
 CREATE PROCEDURE bench_work(p_scope text, n integer) LANGUAGE plpgsql AS $$
 DECLARE

@@ -9,7 +9,7 @@
 # BENCH_SKIP_CLAIMS=1), on the same throwaway cluster, which preloads the
 # library.  It uses bench.sh's knobs and helpers (sql, stats, fail,
 # cluster_ticks, wait_backends, clk_tck, here, work).  Every phase runs in a
-# fresh database of its own, created from retention_setup.sql, and the one
+# fresh database of its own, created from base.sql, and the one
 # before it is dropped, so no phase inherits another's dead rows or clocks
 # (and the claim benchmark's scopes are gone before any retention is
 # shortened).
@@ -47,14 +47,14 @@ set_system()
 	fail "the server did not take the settings $pairs"
 }
 
-# fresh_db NAME: a new database from retention_setup.sql, made current;
+# fresh_db NAME: a new database from base.sql, made current;
 # the previous current database is dropped.
 fresh_db()
 {
 	local old=$PGDATABASE
 	createdb "$1"
 	export PGDATABASE=$1
-	psql -X -q -v ON_ERROR_STOP=1 -f "$here/retention_setup.sql" >/dev/null
+	psql -X -q -v ON_ERROR_STOP=1 -f "$here/base.sql" >/dev/null
 	dropdb --force "$old"
 }
 

@@ -14,19 +14,10 @@
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
 
-CREATE EXTENSION inbox;
-
-/*
- * The business table: an order per message, with a key of its own and no
- * unique key on the message id, as a consumer that relies on an inbox for
- * deduplication would have it.
- */
-CREATE TABLE orders (
-	order_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-	message_id text NOT NULL,
-	amount_cents bigint NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now()
-);
+-- The extension and the business table "orders": an order per message,
+-- with a key of its own and no unique key on the message id, as a consumer
+-- that relies on an inbox for deduplication would have it.
+\ir base.sql
 
 CREATE TABLE handmade_inbox (
 	scope text COLLATE "C" NOT NULL,
