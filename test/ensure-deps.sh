@@ -3,11 +3,12 @@
 # and the demo need, but only those that are missing.
 #
 # Run as root on a fresh Debian 12 machine this brings in PostgreSQL 15, its
-# server headers and PGXS, pg_cron and IPC::Run (for the TAP tests).  Run as
+# server headers and PGXS, pg_cron, IPC::Run (for the TAP tests) and DBD::Pg
+# (for the fault-injection load drivers those tests call).  Run as
 # anyone else it only checks, and says what to install.
 set -eu
 
-PKGS="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl"
+PKGS="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl libdbd-pg-perl"
 
 missing=""
 for p in $PKGS; do

@@ -9,7 +9,8 @@
 # even read.  Run as another user, it builds and runs in place and expects
 # the extension to be installable by that user (or already installed).
 #
-#   test   pg_regress, isolation and TAP suites, each on temporary instances
+#   test   pg_regress, isolation and TAP suites, each on temporary instances;
+#          ONLY=test/t/NNN_name.pl (make test ONLY=...) runs that TAP file alone
 #   demo   test/demo/demo.sh: the at-least-once scenario on a throwaway cluster
 #   bench  test/bench/bench.sh: pgbench ratios, see test/bench/README
 set -euo pipefail
@@ -69,11 +70,17 @@ case "$mode" in
 		log="$work/test-output.log"
 		status=0
 		# One suite at a time, so a failure in one still runs the others.
-		for suite in regress isolation tap; do
+		suites="regress isolation tap"
+		only=${ONLY:-}
+		if [ -n "$only" ]; then
+			[ -f "$work/$only" ] || { echo "run.sh: no such test: $only" >&2; exit 2; }
+			suites=tap
+		fi
+		for suite in $suites; do
 			case $suite in
 				regress) vars="ISOLATION= TAP_TESTS=" ;;
 				isolation) vars="REGRESS= TAP_TESTS=" ;;
-				tap) vars="REGRESS= ISOLATION= PROVE_FLAGS=--verbose" ;;
+				tap) vars="REGRESS= ISOLATION= PROVE_FLAGS=--verbose${only:+ PROVE_TESTS=$only}" ;;
 			esac
 			# shellcheck disable=SC2086
 			if ! as_runner make -C "$work" -s PG_CONFIG="$PG_CONFIG" $vars installcheck 2>&1 | tee -a "$log"; then
