@@ -19,7 +19,9 @@ OBJS = \
 	src/keys.o \
 	src/purge.o \
 	src/stats.o \
-	src/worker.o
+	src/worker.o \
+	src/access.o \
+	src/guard.o
 
 DATA = $(wildcard sql/inbox--*.sql)
 
@@ -27,12 +29,13 @@ DATA = $(wildcard sql/inbox--*.sql)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim errors status security retention deferred
+REGRESS = setup claim errors status security settings retention deferred drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
-	claim_repeatable_read claim_serializable purge_concurrency deferred_take
+	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
+	scope_grants
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 

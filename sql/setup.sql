@@ -10,16 +10,18 @@ CREATE SCHEMA regress;
 -- first-received time in details changes every run, so it is masked.
 CREATE FUNCTION regress.try(cmd text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-	st text;
-	msg text;
-	det text;
+	-- Types are schema-qualified: the security test calls this helper with
+	-- a search_path whose "text" is a hostile domain.
+	st pg_catalog.text;
+	msg pg_catalog.text;
+	det pg_catalog.text;
 BEGIN
 	EXECUTE cmd;
 	RETURN 'ok';
 EXCEPTION WHEN OTHERS THEN
 	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
 	RETURN st || ': ' || msg ||
-		coalesce(' [' || regexp_replace(nullif(det, ''), '\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?[+-]\d\d', '<time>', 'g') || ']', '');
+		coalesce(' [' || regexp_replace(CASE WHEN det OPERATOR(pg_catalog.=) '' THEN NULL ELSE det END, '\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?[+-]\d\d', '<time>', 'g') || ']', '');
 END $$;
 
 -- The same, for a statement that must leave no row behind: also reports
@@ -27,11 +29,11 @@ END $$;
 CREATE FUNCTION regress.try_rows(cmd text) RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
 	before bigint;
-	result text;
+	result pg_catalog.text;
 BEGIN
-	SELECT count(*) INTO before FROM inbox.entries;
+	SELECT pg_catalog.count(*) INTO before FROM inbox.entries;
 	result := regress.try(cmd);
-	RETURN result || ' (+' || ((SELECT count(*) FROM inbox.entries) - before) || ' rows)';
+	RETURN result || ' (+' || ((SELECT pg_catalog.count(*) FROM inbox.entries) - before) || ' rows)';
 END $$;
 
 GRANT USAGE ON SCHEMA regress TO PUBLIC;

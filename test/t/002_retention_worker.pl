@@ -167,7 +167,7 @@ ok( $node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'inbox purge' AND datname = 'dropext'"
 	),
 	'a purge worker is busy in the other database');
-($rc, $out, $err) = $node->psql('dropext', 'DROP EXTENSION inbox');
+($rc, $out, $err) = $node->psql('dropext', 'DROP EXTENSION inbox CASCADE');
 is($rc, 0, 'DROP EXTENSION succeeds while the purge worker is busy there')
   or diag($err);
 is(sql('dropext', "SELECT count(*) FROM pg_extension WHERE extname = 'inbox'"),

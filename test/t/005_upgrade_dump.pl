@@ -3,9 +3,12 @@
 # The dedup history survives the operations that move it:
 #   - ALTER EXTENSION inbox UPDATE from every earlier version keeps every
 #     entry, and a message claimed before the update is still a duplicate;
+#     EXECUTE grants given to applications on an older version still work
+#     after the update (0.4.0 turns the API into entry points in place);
 #   - pg_dump and restore keep entries in every state, their payloads and
 #     results, and per-scope settings: a message claimed before the dump is
-#     a duplicate after the restore, and a pending one can still be taken.
+#     a duplicate after the restore, and a pending one can still be taken;
+#     scope grants and the applications' EXECUTE grants are restored too.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -36,9 +39,15 @@ my @path = split /\n/, sql('up',
 	"SELECT target FROM pg_extension_update_paths('inbox') WHERE source = '0.1.0' AND target = '$latest'");
 ok(@path, "an update path leads from 0.1.0 to $latest");
 
-for my $version ('0.2.0', $latest)
+for my $version ('0.2.0', '0.3.0', $latest)
 {
 	sql('up', "ALTER EXTENSION inbox UPDATE TO '$version'");
+	# An application role as administrators set it up on 0.3.0
+	sql('up', q{
+		CREATE ROLE upgrade_app;
+		GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_take(text, integer, interval)
+			TO upgrade_app;
+	}) if $version eq '0.3.0';
 	is(sql('up', "SELECT extversion FROM pg_extension WHERE extname = 'inbox'"),
 		$version, "updated to $version");
 	is( sql('up',
@@ -51,6 +60,18 @@ for my $version ('0.2.0', $latest)
 		),
 		0, "messages claimed before the update are duplicates after it ($version)");
 }
+
+is( sql('up', q{
+		SET ROLE upgrade_app;
+		SELECT inbox_claim('billing', 'INV-1', sha256(convert_to('1', 'UTF8')));
+		SELECT count(*) FROM inbox_take('nothing-here');
+	}),
+	"f\n0",
+	'an application role granted EXECUTE on 0.3.0 still calls the API after the update');
+is( sql('up',
+		"SELECT count(*) FROM pg_proc WHERE proname LIKE 'inbox\\_%' AND has_function_privilege('upgrade_app', oid, 'EXECUTE')"
+	),
+	2, 'and holds exactly the grants it had');
 
 # The updated database has everything a fresh install has.
 sql('postgres', 'CREATE DATABASE fresh');
@@ -81,6 +102,10 @@ sql('src', q{
 	SELECT inbox_receive('orders', 'dead-1', '\x0102'::bytea);
 	SELECT inbox_set_retention('billing', '30 days');
 	SELECT inbox_set_max_attempts('orders', 1);
+	CREATE ROLE dump_app;
+	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea) TO dump_app;
+	SELECT inbox_grant('billing', 'dump_app');
+	SELECT inbox_grant('orders', 'upgrade_app');
 });
 # done-1 completed with a result, dead-1 failed into the dead letters.
 sql('src', q{
@@ -125,6 +150,13 @@ $node->command_ok(
 is(sql('restored', $state), $src_state,
 	'every entry is restored with its state, times, hashes, payloads, attempts, errors and results');
 is(sql('restored', $settings), $src_settings, 'per-scope settings are restored');
+is(sql('restored', "SELECT string_agg(scope || ':' || grantee, ',' ORDER BY scope) FROM inbox_grants"),
+	'billing:dump_app,orders:upgrade_app', 'scope grants are restored, by role name');
+is( sql('restored', q{
+		SET ROLE dump_app;
+		SELECT inbox_claim('billing', 'INV-1', sha256('one'));
+	}),
+	'f', 'and so is the EXECUTE grant of an application role, which acts on its scope');
 is(sql('restored', "SELECT inbox_claim('billing', 'INV-1', sha256('one'))"),
 	'f', 'a message claimed before the dump is a duplicate after the restore');
 is(sql('restored', "SELECT message_id FROM inbox_take('orders')"),
@@ -133,6 +165,12 @@ is(sql('restored', "SELECT inbox_result('orders', 'done-1')"),
 	'{"shipment": "S-1"}', 'a stored result is still there');
 is(sql('restored', "SELECT message_id FROM inbox_dead_letters"),
 	'dead-1', 'and so is the dead letter');
+my ($rc, $out, $err) = $node->psql('restored', q{
+	SET ROLE dump_app;
+	SELECT inbox_claim('orders', 'not-yours');
+});
+like($err, qr/permission denied for inbox scope "orders"/,
+	'a scope granted to another role stays closed after the restore');
 
 $node->stop;
 done_testing();

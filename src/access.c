@@ -1,0 +1,409 @@
+/*-------------------------------------------------------------------------
+ *
+ * access.c
+ *	  Who may act on a scope: the API's entry points and the scope grants.
+ *
+ * Every API function that names a scope is a small SECURITY INVOKER entry
+ * point, implemented here, in front of a SECURITY DEFINER implementation of
+ * the same name and arguments in schema inbox.  The split exists because of
+ * how SECURITY DEFINER works: fmgr_security_definer() switches to the
+ * owner's role before the function body runs and keeps the caller's role
+ * only in a local variable, so a SECURITY DEFINER function cannot tell who
+ * called it.  GetOuterUserId() is no substitute: it honours SET ROLE, but
+ * looks straight through an application's own SECURITY DEFINER function to
+ * the session's role.  The entry point still runs as the role that called
+ * it (after SET ROLE, or inside an application's SECURITY DEFINER
+ * function, the role that function runs as), so it checks the scope grants
+ * for that role and then calls the implementation through the function
+ * manager, which performs the switch to the extension's owner and pins the
+ * search_path exactly as a direct call would.
+ *
+ * The implementations are not executable by anyone but their owner, and
+ * schema inbox is not visible to PUBLIC: the entry points reach them
+ * through fmgr_info(), which, like any internal call, checks no EXECUTE
+ * privilege.  So the check here cannot be bypassed by calling the
+ * implementation directly.
+ *
+ * Scope grants live in inbox.scope_grants.  A scope with no row there is
+ * open to every role that may execute the API; once it has one, only the
+ * granted roles and the roles that have their privileges (members with
+ * INHERIT, and superusers) may use it.  The table is read on every call of
+ * every entry point, so each backend caches it whole (it holds a few rows
+ * per scope at most) and drops the cache on a relcache invalidation of the
+ * table, which a statement trigger on the table sends at every change.
+ *
+ * src/access.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+
+#include "inbox.h"
+
+PG_FUNCTION_INFO_V1(inbox_enter_scope);
+PG_FUNCTION_INFO_V1(inbox_enter_admin);
+PG_FUNCTION_INFO_V1(inbox_scope_grants_changed);
+
+/* What an entry point keeps between calls, in its FmgrInfo's fn_extra */
+typedef struct InboxEntry
+{
+	FmgrInfo	impl;			/* the implementation in schema inbox */
+	char	   *name;			/* the function's name, for messages */
+} InboxEntry;
+
+/* One scope that has grants, and the roles granted it */
+typedef struct ScopeGrants
+{
+	char		scope[INBOX_MAX_SCOPE_BYTES + 1];	/* hash key */
+	List	   *roles;			/* Oids, allocated in grants_cxt */
+} ScopeGrants;
+
+/* The backend's copy of inbox.scope_grants; valid only if grants_valid */
+static HTAB *grants_cache = NULL;
+static MemoryContext grants_cxt = NULL;
+static bool grants_valid = false;
+static Oid	grants_relid = InvalidOid;
+static bool grants_callback_registered = false;
+
+static void
+grants_invalidate(Datum arg, Oid relid)
+{
+	/*
+	 * Only mark the cache stale: a callback may run in the middle of a
+	 * lookup, so the memory is freed by the next load, not here.  InvalidOid
+	 * means "every relation" (a cache reset).
+	 */
+	if (relid == InvalidOid || relid == grants_relid)
+		grants_valid = false;
+}
+
+/*
+ * inbox.scope_grants' OID, found again on each load: the extension may have
+ * been dropped and created again since the last one.
+ */
+static Oid
+grants_table(void)
+{
+	Oid			nsp = get_namespace_oid("inbox", false);
+	Oid			relid = get_relname_relid("scope_grants", nsp);
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table inbox.scope_grants does not exist"),
+				 errhint("Update the extension: ALTER EXTENSION inbox UPDATE.")));
+	return relid;
+}
+
+/* The owner of a relation: the extension's owner, for its tables */
+static Oid
+rel_owner(Oid relid)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
+ * Load inbox.scope_grants into the cache.  The caller need not be able to
+ * read the table (application roles cannot), so the query runs as the
+ * table's owner, with the search_path pinned like the API's; both are
+ * restored before returning, and on error by the transaction's abort.
+ */
+static void
+grants_load(void)
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+	HASHCTL		ctl;
+	uint64		i;
+
+	if (!grants_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(grants_invalidate, (Datum) 0);
+		grants_callback_registered = true;
+	}
+	if (grants_cxt == NULL)
+		grants_cxt = AllocSetContextCreate(TopMemoryContext, "inbox scope grants",
+										   ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(grants_cxt);
+	grants_cache = NULL;
+
+	/* Valid from here on, unless an invalidation arrives while loading */
+	grants_valid = true;
+	grants_relid = grants_table();
+
+	ctl.keysize = INBOX_MAX_SCOPE_BYTES + 1;
+	ctl.entrysize = sizeof(ScopeGrants);
+	ctl.hcxt = grants_cxt;
+	grants_cache = hash_create("inbox scope grants", 16, &ctl,
+							   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(rel_owner(grants_relid),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT scope, grantee::pg_catalog.oid FROM inbox.scope_grants",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read inbox.scope_grants");
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		bool		found;
+		char	   *scope = SPI_getvalue(tup, desc, 1);
+		Oid			role = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+		ScopeGrants *entry;
+		MemoryContext oldcxt;
+
+		/* The table's CHECK keeps scopes within the limit */
+		if (scope == NULL || isnull || strlen(scope) > INBOX_MAX_SCOPE_BYTES)
+			continue;
+		entry = hash_search(grants_cache, scope, HASH_ENTER, &found);
+		if (!found)
+			entry->roles = NIL;
+		oldcxt = MemoryContextSwitchTo(grants_cxt);
+		entry->roles = lappend_oid(entry->roles, role);
+		MemoryContextSwitchTo(oldcxt);
+	}
+
+	SPI_finish();
+	AtEOXact_GUC(true, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/*
+ * Raise 42501 unless the current role may act on the scope in argument 0.
+ * A NULL or oversized scope passes: the implementation rejects it with its
+ * own, more precise, error.
+ */
+static void
+check_scope(FunctionCallInfo fcinfo)
+{
+	text	   *scope_text;
+	int			len;
+	char		scope[INBOX_MAX_SCOPE_BYTES + 1];
+	ScopeGrants *entry;
+	Oid			caller;
+	ListCell   *lc;
+
+	if (PG_ARGISNULL(0))
+		return;
+	scope_text = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(scope_text);
+	if (len > INBOX_MAX_SCOPE_BYTES)
+		return;
+
+	if (!grants_valid)
+	{
+		PG_TRY();
+		{
+			grants_load();
+		}
+		PG_CATCH();
+		{
+			/* A half-loaded cache must not be trusted by the next call */
+			grants_valid = false;
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+	}
+	if (hash_get_num_entries(grants_cache) == 0)
+		return;
+
+	memcpy(scope, VARDATA_ANY(scope_text), len);
+	scope[len] = '\0';
+	/* A scope with an embedded NUL cannot exist: text has none */
+	entry = hash_search(grants_cache, scope, HASH_FIND, NULL);
+	if (entry == NULL)
+		return;
+
+	caller = GetUserId();
+	foreach(lc, entry->roles)
+	{
+		if (has_privs_of_role(caller, lfirst_oid(lc)))
+			return;
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied for inbox scope \"%s\"",
+					inbox_quote(scope_text)),
+			 errdetail("Role \"%s\" is not granted this scope, and the scope has grants.",
+					   GetUserNameFromId(caller, false)),
+			 errhint("The extension's owner or a superuser grants a scope with inbox_grant(scope, role).")));
+}
+
+/*
+ * Raise 42501 unless the current role owns the extension's tables (the
+ * extension's owner, its members, or a superuser).
+ */
+static void
+check_admin(FunctionCallInfo fcinfo, const char *name)
+{
+	Oid			relid = grants_table();
+	Oid			caller = GetUserId();
+	bool		is_owner;
+
+#if PG_VERSION_NUM >= 160000
+	is_owner = object_ownercheck(RelationRelationId, relid, caller);
+#else
+	is_owner = pg_class_ownercheck(relid, caller);
+#endif
+	if (!is_owner)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to change the grants of inbox scope \"%s\"",
+						PG_ARGISNULL(0) ? "NULL" : inbox_quote(PG_GETARG_TEXT_PP(0))),
+				 errdetail("Only the owner of extension inbox or a superuser may call %s; role \"%s\" is neither.",
+						   name, GetUserNameFromId(caller, false))));
+}
+
+/*
+ * Find this entry point's implementation: the function of the same name
+ * and argument types in schema inbox.
+ */
+static InboxEntry *
+entry_for(FunctionCallInfo fcinfo)
+{
+	FmgrInfo   *flinfo = fcinfo->flinfo;
+	InboxEntry *entry = (InboxEntry *) flinfo->fn_extra;
+	HeapTuple	proctup;
+	HeapTuple	impltup;
+	Form_pg_proc proc;
+	Oid			impl;
+
+	if (entry != NULL)
+		return entry;
+
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(flinfo->fn_oid));
+	if (!HeapTupleIsValid(proctup))
+		elog(ERROR, "cache lookup failed for function %u", flinfo->fn_oid);
+	proc = (Form_pg_proc) GETSTRUCT(proctup);
+
+	/*
+	 * Looked up in the catalog directly: the role calling may not look into
+	 * schema inbox, and need not.
+	 */
+	impltup = SearchSysCache3(PROCNAMEARGSNSP,
+							  PointerGetDatum(&proc->proname),
+							  PointerGetDatum(&proc->proargtypes),
+							  ObjectIdGetDatum(get_namespace_oid("inbox", false)));
+	impl = InvalidOid;
+	if (HeapTupleIsValid(impltup))
+	{
+		impl = ((Form_pg_proc) GETSTRUCT(impltup))->oid;
+		ReleaseSysCache(impltup);
+	}
+	if (!OidIsValid(impl))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("the implementation of %s is missing from schema inbox",
+						NameStr(proc->proname)),
+				 errhint("Reinstall or update the extension.")));
+
+	entry = MemoryContextAllocZero(flinfo->fn_mcxt, sizeof(InboxEntry));
+	entry->name = MemoryContextStrdup(flinfo->fn_mcxt, NameStr(proc->proname));
+	ReleaseSysCache(proctup);
+
+	/*
+	 * fmgr_info() on a SECURITY DEFINER function installs
+	 * fmgr_security_definer(), which switches role and search_path on every
+	 * call.  The call expression is the entry point's, so that argument and
+	 * result types resolve as they would for a direct call.
+	 */
+	fmgr_info_cxt(impl, &entry->impl, flinfo->fn_mcxt);
+	entry->impl.fn_expr = flinfo->fn_expr;
+	flinfo->fn_extra = entry;
+	return entry;
+}
+
+/*
+ * Call the implementation with the entry point's arguments, result info
+ * (set-returning implementations materialize into the caller's
+ * ReturnSetInfo) and collation.
+ */
+static Datum
+call_impl(FunctionCallInfo fcinfo, InboxEntry *entry)
+{
+	LOCAL_FCINFO(inner, FUNC_MAX_ARGS);
+	Datum		result;
+
+	InitFunctionCallInfoData(*inner, &entry->impl, fcinfo->nargs,
+							 fcinfo->fncollation, fcinfo->context,
+							 fcinfo->resultinfo);
+	memcpy(inner->args, fcinfo->args, sizeof(NullableDatum) * fcinfo->nargs);
+	result = FunctionCallInvoke(inner);
+	fcinfo->isnull = inner->isnull;
+	return result;
+}
+
+/* The entry point of every API function whose first argument is a scope */
+Datum
+inbox_enter_scope(PG_FUNCTION_ARGS)
+{
+	InboxEntry *entry = entry_for(fcinfo);
+
+	check_scope(fcinfo);
+	return call_impl(fcinfo, entry);
+}
+
+/* The entry point of inbox_grant and inbox_revoke */
+Datum
+inbox_enter_admin(PG_FUNCTION_ARGS)
+{
+	InboxEntry *entry = entry_for(fcinfo);
+
+	check_admin(fcinfo, entry->name);
+	return call_impl(fcinfo, entry);
+}
+
+/*
+ * Statement trigger on inbox.scope_grants: every backend's cache of the
+ * table must be dropped when it changes.  A relcache invalidation is
+ * transactional: other backends receive it when this transaction commits,
+ * this one at the end of the current command.
+ */
+Datum
+inbox_scope_grants_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("inbox.scope_grants_changed() must be called as a trigger")));
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
+}
