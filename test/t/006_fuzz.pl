@@ -9,7 +9,10 @@
 # successful call made.
 #
 # The fuzzer runs inside the server (PL/pgSQL, each call in its own
-# subtransaction), seeded, so that a failure can be replayed.
+# subtransaction), seeded, so that a failure can be replayed.  It also
+# calls inbox_grant and inbox_revoke, and SETs random values of every
+# inbox.* setting.  Then 300 random values go through ALTER SYSTEM: each is
+# written or refused with a clear error, and the server reloads them.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -77,6 +80,21 @@ CREATE FUNCTION rnd_int() RETURNS text LANGUAGE sql AS $$
 				  '-2147483648', 'x', '1e10'])[1 + (random() * 10)::int]
 $$;
 
+CREATE ROLE fuzz_app;
+CREATE FUNCTION rnd_role() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, 'fuzz_app', 'no_such_role', '', 'pg_monitor', '"fuzz_app"', '0', rnd_text()])
+		   [1 + (random() * 7)::int]
+$$;
+
+CREATE FUNCTION rnd_setting() RETURNS text LANGUAGE sql AS $$
+	SELECT format('SET %s = %L',
+		(ARRAY['inbox.on_duplicate', 'inbox.claim_timeout', 'inbox.retention', 'inbox.idle_threshold',
+			   'inbox.purge_batch_size', 'inbox.purge_enabled', 'inbox.purge_lock_timeout',
+			   'inbox.max_attempts', 'inbox.purge_naptime', 'inbox.max_scopes'])[1 + (random() * 9)::int],
+		(ARRAY['0', '-1', '1', '1s', '1 min', '10d', '2147483647', '2147483648', 'on', 'raise',
+			   'return', '1e9', 'NaN', '', '5 parsecs', rnd_text()])[1 + (random() * 15)::int])
+$$;
+
 CREATE FUNCTION rnd_json() RETURNS text LANGUAGE sql AS $$
 	SELECT (ARRAY[NULL, '{}', '[]', '"x"', '{"a": 1}', 'not json', '{"deep": [[[[1]]]]}',
 				  '{"k": "' || repeat('v', 100000) || '"}', 'null', '1'])[1 + (random() * 9)::int]
@@ -94,7 +112,7 @@ DECLARE
 BEGIN
 	PERFORM setseed(0.4242);
 	FOR n IN 1 .. calls LOOP
-		f := (random() * 13)::int;
+		f := (random() * 16)::int;
 		a := rnd_text();
 		b := rnd_text();
 		sql := CASE f
@@ -111,12 +129,22 @@ BEGIN
 			WHEN 10 THEN format('SELECT inbox_set_retention(%L, %L::interval)::text', rnd_text(), rnd_interval())
 			WHEN 11 THEN format('SELECT inbox_set_max_attempts(%L, %L::integer)::text', rnd_text(), rnd_int())
 			WHEN 12 THEN format('SELECT inbox_result(%L, %L)::text', rnd_text(), rnd_text())
+			WHEN 13 THEN format('SELECT inbox_grant(%L, %L)::text', rnd_text(), rnd_role())
+			WHEN 14 THEN format('SELECT inbox_revoke(%L, %L)::text', rnd_text(), rnd_role())
+			WHEN 15 THEN rnd_setting()
 			ELSE 'SELECT inbox_purge()::text'
 		END;
 		BEGIN
-			EXECUTE sql INTO res;
+			IF f = 15 THEN
+				EXECUTE sql;
+			ELSE
+				EXECUTE sql INTO res;
+			END IF;
 			st := '00000';
 			msg := NULL;
+			IF f = 15 THEN
+				RESET ALL;   -- keep one accepted value from steering the rest
+			END IF;
 			IF f IN (0, 1, 3, 4) AND res = 'true' THEN
 				INSERT INTO fuzz_made VALUES (a, b);
 			END IF;
@@ -139,14 +167,16 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM fuzz_log'),
 
 # Every outcome is a success or an error of an expected class:
 #   22 data exception (our checks, casts of the fuzzer's own arguments,
-#      out-of-range intervals), 54 program limit, IB the extension's own,
-#   42725/42883 function resolution, 0A000 feature not supported.
+#      out-of-range intervals, refused setting values), 54 program limit,
+#   IB the extension's own, 42725/42883 function resolution, 0A000 feature
+#   not supported, 42704 a role name that names no role, 42602 a role name
+#   that is not a name, 55P02 a setting that cannot change in a session.
 my $unexpected = $node->safe_psql(
 	'postgres', q{
 	SELECT string_agg(DISTINCT sqlstate || ' ' || message, E'\n')
 	FROM fuzz_log
 	WHERE sqlstate <> '00000' AND left(sqlstate, 2) NOT IN ('22', '54', 'IB')
-	  AND sqlstate NOT IN ('42725', '42883', '0A000')
+	  AND sqlstate NOT IN ('42725', '42883', '0A000', '42704', '55P02', '42602')
 });
 is($unexpected, '', 'every failing call raised an expected SQLSTATE')
   or diag($unexpected);
@@ -173,6 +203,46 @@ is( $node->safe_psql(
 	0, 'every entry was made by a call that succeeded');
 cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM fuzz_made'), '>', 100,
 	'(and there are entries to check)');
+
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.scope_grants g
+	WHERE octet_length(g.scope) NOT BETWEEN 1 AND 256 OR g.grantee IS NULL
+}),
+	0, 'no malformed scope grant exists');
+cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM fuzz_log WHERE call LIKE 'SET %' AND sqlstate = '00000'"),
+	'>', 20, 'some random settings were accepted');
+cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM fuzz_log WHERE call LIKE 'SET %' AND sqlstate = '22023'"),
+	'>', 100, 'and many were refused with 22023');
+
+# ALTER SYSTEM: every value is written, or refused with a message that names
+# the setting; the server reloads whatever was written.
+srand(4242);
+my @settings = qw(inbox.on_duplicate inbox.claim_timeout inbox.retention inbox.idle_threshold
+  inbox.purge_batch_size inbox.purge_enabled inbox.purge_lock_timeout inbox.max_attempts
+  inbox.purge_naptime inbox.max_scopes);
+my @values = ('0', '-1', '1', '30s', '2 h', '10d', '2147483647', '2147483648', 'on', 'off',
+	'raise', 'return', '1e9', 'NaN', '', '5 parsecs', "1'; SELECT pg_sleep(10); --", '%s%n',
+	"\\", '1.5', '  7 ', '0x10', '99999999999999999999999');
+my ($written, $refused, $unclear) = (0, 0, '');
+for my $i (1 .. 300)
+{
+	my $name = $settings[ int(rand(@settings)) ];
+	my $value = $values[ int(rand(@values)) ];
+	$value .= chr(33 + int(rand(90))) x int(rand(3)) if rand() < 0.3;
+	(my $quoted = $value) =~ s/'/''/g;
+	my ($rc, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET $name = '$quoted'");
+	if ($rc == 0) { $written++; next; }
+	$refused++;
+	$unclear .= "$name = '$value': $err\n"
+	  unless $err =~ /ERROR:  (invalid value for parameter|.* is outside the valid range for parameter|parameter) "\Q$name\E"/;
+}
+is($unclear, '', 'every refused ALTER SYSTEM value got an error naming the setting');
+note "ALTER SYSTEM: $written values written, $refused refused";
+cmp_ok($refused, '>', 100, 'most random values were refused');
+$node->reload;
+is($node->safe_psql('postgres', 'SELECT 1'), 1, 'the server reloaded what was written');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET ALL');
+$node->reload;
 
 my $log = substr(slurp_file($node->logfile), $log_offset);
 unlike($log, qr/terminated by signal|server process .* was terminated|PANIC/,
