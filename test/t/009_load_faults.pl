@@ -1,0 +1,143 @@
+# test/t/009_load_faults.pl
+#
+# Exactly one effect per message under an at-least-once load with faults,
+# in claim mode (inbox_claim and the effect in one transaction).
+#
+# The driver test/faults/load.pl runs 16 consumer processes over a fixed id
+# space, each with its own database session, and injects at the same time:
+#
+#   - redeliveries of messages already processed and acked (at least 30% of
+#     all deliveries): the claim must return false and the effect must be
+#     skipped;
+#   - transactions that roll back after the claim and the effect (at least
+#     10%): the message is not acked and is delivered again, and its claim
+#     must then return true once more;
+#   - kill -9 of a random consumer's backend every 4 seconds: the postmaster
+#     restarts every backend, every consumer reconnects, and what was in
+#     flight is delivered again.  A COMMIT whose outcome is lost is resolved
+#     as the README's "Uncertain commits" says;
+#   - the purge worker, with a 10 s retention and a 1 s naptime, deleting
+#     entries while redeliveries still arrive.
+#
+# The broker never redelivers later than 5 s (half the retention) after the
+# received_at of the claim that processed the message: each redelivery's
+# claim is guarded on the server by clock_timestamp() < received_at + 5 s
+# (see the driver's header).  So a purge that honours the retention never
+# removes an entry a redelivery still needs, while a purge that removes an
+# entry early shows up as a second effect: redeliveries arrive from a few
+# milliseconds up to 2.5 s after the ack.
+#
+# What is proved: every id delivered at least once has exactly one row in
+# the effects table (which has no unique constraint, so a double effect
+# would be a second row), with all of these faults happening at once; the
+# purge did delete entries meanwhile; and the server logged nothing but the
+# crash restarts.  Nothing here asserts how fast anything happens: the load
+# phase lasts a fixed time and the checks are on counts.
+use strict;
+use warnings;
+use FindBin;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $driver = "$FindBin::RealBin/../faults/load.pl";
+
+my $node = PostgreSQL::Test::Cluster->new('load_faults');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'inbox'
+# The test framework turns this off; the kill -9 below needs it.
+restart_after_crash = on
+# The framework logs every statement; the log is read for errors instead.
+log_statement = none
+max_connections = 60
+inbox.purge_enabled = on
+inbox.purge_naptime = 1
+inbox.retention = 10
+inbox.idle_threshold = '1h'
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
+my $log_offset = -s $node->logfile;
+
+# Run the driver: 40 s of load, then a drain of what was not acked.
+my @cmd = (
+	$^X, $driver,
+	'--connstr' => $node->connstr('postgres'),
+	'--mode' => 'claim',
+	'--scope' => 'billing',
+	'--consumers' => 16,
+	'--ids' => 12000,
+	'--duration' => 40,
+	'--redeliver' => 0.5,
+	'--abort' => 0.15,
+	'--kill-interval' => 4,
+	'--kill-method' => 'sigkill',
+	'--drain-timeout' => 60,
+	'--seed' => 9);
+my ($out, $err) = ('', '');
+my $ran = eval {
+	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(170));
+};
+my $status = $?;
+diag("driver: $@") if $@;
+ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
+  or diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
+
+my ($report) = $out =~ /^(inbox-load: .*)$/m;
+ok(defined $report, 'the driver prints its report line');
+$report //= '';
+note($report);
+my %r = $report =~ /(\w+)=(\S+)/g;
+$r{$_} //= -1
+  for qw(lost doubled stray unacked late errors consumers delivered_ids deliveries
+  redelivery_share abort_share kills purged effects uncertain);
+
+# Exactly once
+is($r{lost}, 0, 'lost = 0: every id delivered at least once has an effect');
+is($r{doubled}, 0, 'doubled = 0: no id has a second effect');
+is($r{stray}, 0, 'no effect for an id that was never delivered');
+is($r{unacked}, 0, 'every delivered id was acked by the end of the drain');
+is($r{errors}, 0, 'the consumers met no error other than lost connections');
+is($r{late}, 0, 'every uncertain commit was resolved inside the redelivery horizon');
+
+# The faults really happened, in the proportions asked for
+cmp_ok($r{consumers}, '>=', 16, 'at least 16 concurrent consumers');
+cmp_ok($r{delivered_ids}, '>=', 1000, 'at least 1,000 distinct ids were delivered');
+cmp_ok($r{redelivery_share}, '>=', 0.30,
+	'at least 30% of the deliveries were redeliveries of acked messages');
+cmp_ok($r{abort_share}, '>=', 0.10,
+	'at least 10% of the transactions rolled back after the claim and the effect');
+cmp_ok($r{kills}, '>=', 3, 'at least 3 consumer backends were killed with kill -9');
+cmp_ok($r{purged}, '>', 0, 'the purge worker deleted entries of this run while it went on');
+
+# The same facts, from the database rather than from the driver
+sub sql { return $node->safe_psql('postgres', @_); }
+is( sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
+			WHERE scope = 'billing' GROUP BY message_id HAVING count(*) > 1) AS d}),
+	0, 'the effects table has no message with two effects');
+is(sql(q{SELECT count(DISTINCT message_id) FROM inbox_load_effects WHERE scope = 'billing'}),
+	$r{delivered_ids}, 'it has one effect for each delivered id');
+# The purge goes on after the driver counted: entries left can only be fewer.
+cmp_ok(sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'billing'}),
+	'<=', $r{delivered_ids} - $r{purged},
+	'inbox.entries agrees: at most delivered - purged entries are left');
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher'}),
+	'the purge launcher runs again after the crash restarts');
+
+# The server log: the crash restarts, and nothing else went wrong.
+my $log = substr(slurp_file($node->logfile), $log_offset);
+my $crashes = () = $log =~ /server process \(PID \d+\) was terminated by signal 9/g;
+cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
+my @unexpected = grep {
+	/\b(ERROR|FATAL|PANIC|WARNING):|terminated by signal (?!9\b)|exited with exit code [^0]/
+	  && !/FATAL:  the database system is (in recovery mode|not yet accepting connections|starting up)/
+} split /\n/, $log;
+is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
+  or diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+
+$node->stop;
+done_testing();

@@ -1,0 +1,162 @@
+# test/t/010_deferred_faults.pl
+#
+# Exactly one effect per message under an at-least-once load with faults,
+# in deferred mode (inbox_receive now, inbox_take + effect + inbox_complete
+# later).
+#
+# The driver test/faults/load.pl runs, at the same time:
+#
+#   - 4 receiver processes, the broker's consumers: inbox_receive in
+#     autocommit, then ack.  At least 30% of the receives are redeliveries of
+#     messages already received, which must return false, whatever state the
+#     message is in by then (pending, processing, done, dead);
+#   - 8 worker processes: inbox_take of a few messages (a durable take), then
+#     per message the effect and inbox_complete in one transaction.  Some of
+#     those transactions roll back after the effect; the worker then gives
+#     the message back with inbox_fail;
+#   - kill -9 of a random backend every 4 seconds, mostly of workers that are
+#     in the middle of a transaction.  The postmaster restarts every backend:
+#     the messages the workers held are taken again at once (their owner
+#     session is gone), and receives in flight are delivered again.  Each
+#     message takes the worker about 10 ms inside the effect's transaction,
+#     so the kills do land while workers hold messages;
+#   - the purge worker, with a 10 s retention, deleting done entries while
+#     redeliveries still arrive.  As in 009, the broker never redelivers
+#     later than 5 s (half the retention) after a message's received_at,
+#     which its guarded receive enforces on the server.
+#
+# inbox.max_attempts is 3, so a message whose three attempts all fail (an
+# injected rollback or a kill each) is dead: a few die, and they are
+# counted.  The run ends when every received message is done or dead.
+#
+# What is proved: every received message ends done or dead (or done and
+# then purged); each done one has exactly one effect row and each dead one
+# none, so no message is lost or processed twice; the effects table (no
+# unique constraint) agrees; and the server logged nothing but the crash
+# restarts.  No timing is asserted: the load phase lasts a fixed time and the
+# checks are on counts.
+use strict;
+use warnings;
+use FindBin;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $driver = "$FindBin::RealBin/../faults/load.pl";
+
+my $node = PostgreSQL::Test::Cluster->new('deferred_faults');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'inbox'
+# The test framework turns this off; the kill -9 below needs it.
+restart_after_crash = on
+# The framework logs every statement; the log is read for errors instead.
+log_statement = none
+max_connections = 60
+inbox.purge_enabled = on
+inbox.purge_naptime = 1
+inbox.retention = 10
+inbox.idle_threshold = '1h'
+inbox.max_attempts = 3
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
+my $log_offset = -s $node->logfile;
+
+# 40 s of load; then the receivers deliver what was not acked, and the
+# workers go on until every received message is done or dead.
+my @cmd = (
+	$^X, $driver,
+	'--connstr' => $node->connstr('postgres'),
+	'--mode' => 'deferred',
+	'--scope' => 'shipping',
+	'--receivers' => 4,
+	'--workers' => 8,
+	'--batch' => 4,
+	'--work' => 0.01,
+	'--ids' => 8000,
+	'--duration' => 40,
+	'--redeliver' => 0.5,
+	'--abort' => 0.15,
+	'--kill-interval' => 4,
+	'--kill-method' => 'sigkill',
+	'--drain-timeout' => 60,
+	'--seed' => 10);
+my ($out, $err) = ('', '');
+my $ran = eval {
+	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(170));
+};
+my $status = $?;
+diag("driver: $@") if $@;
+ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
+  or diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
+
+my ($report) = $out =~ /^(inbox-load: .*)$/m;
+ok(defined $report, 'the driver prints its report line');
+$report //= '';
+note($report);
+my %r = $report =~ /(\w+)=(\S+)/g;
+$r{$_} //= -1
+  for qw(lost doubled stray unacked late errors open dead_with_effect delivered_ids received
+  redelivery_share abort_share taken completed aborts kills kills_workers lost_in_hand done dead
+  purged effects);
+
+# Every received message ends done or dead, with one effect or none
+is($r{open}, 0, 'every received message ends done or dead, none is left pending or processing');
+is($r{lost}, 0, 'lost = 0: every message done (or done and purged) has its effect');
+is($r{doubled}, 0, 'doubled = 0: no message has a second effect');
+is($r{dead_with_effect}, 0, 'no dead message has an effect');
+is($r{stray}, 0, 'no effect for an id that was never delivered');
+is($r{unacked}, 0, 'every delivered id was acked by a receiver by the end of the drain');
+is($r{errors}, 0, 'receivers and workers met no error other than lost connections');
+is($r{late}, 0, 'every uncertain receive was retried inside the redelivery horizon');
+is($r{done} + $r{purged} + $r{dead}, $r{delivered_ids},
+	'done + purged + dead = delivered ids');
+is($r{effects}, $r{done} + $r{purged}, 'one effect row per done message, purged or not');
+cmp_ok($r{done} + $r{purged}, '>=', 0.9 * $r{delivered_ids},
+	"at least 90% of the messages are done ($r{dead} dead)");
+
+# The faults really happened
+cmp_ok($r{delivered_ids}, '>=', 1000, 'at least 1,000 distinct ids were received');
+cmp_ok($r{redelivery_share}, '>=', 0.30,
+	'at least 30% of the receives were redeliveries of received messages');
+cmp_ok($r{abort_share}, '>=', 0.10,
+	'at least 10% of the taken messages were rolled back after their effect');
+cmp_ok($r{taken}, '>', $r{completed}, 'messages were taken again after an abort or a kill');
+cmp_ok($r{kills}, '>=', 3, 'at least 3 backends were killed with kill -9');
+cmp_ok($r{kills_workers}, '>=', 1, 'workers were among them');
+cmp_ok($r{lost_in_hand}, '>=', 1, 'workers lost messages they held to the kills');
+cmp_ok($r{purged}, '>', 0, 'the purge worker deleted done entries while the load went on');
+
+# The same facts, from the database rather than from the driver
+sub sql { return $node->safe_psql('postgres', @_); }
+is( sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
+			WHERE scope = 'shipping' GROUP BY message_id HAVING count(*) > 1) AS d}),
+	0, 'the effects table has no message with two effects');
+is( sql(q{SELECT count(*) FROM inbox.entries AS e
+			CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
+								 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
+			WHERE e.scope = 'shipping'
+			  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
+	0, 'every entry left is done with an effect, or dead without one');
+is(sql(q{SELECT count(*) FROM inbox_dead_letters WHERE scope = 'shipping'}),
+	$r{dead}, 'inbox_dead_letters lists the dead ones');
+ok( $node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher'}),
+	'the purge launcher runs again after the crash restarts');
+
+# The server log: the crash restarts, and nothing else went wrong.
+my $log = substr(slurp_file($node->logfile), $log_offset);
+my $crashes = () = $log =~ /server process \(PID \d+\) was terminated by signal 9/g;
+cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
+my @unexpected = grep {
+	/\b(ERROR|FATAL|PANIC|WARNING):|terminated by signal (?!9\b)|exited with exit code [^0]/
+	  && !/FATAL:  the database system is (in recovery mode|not yet accepting connections|starting up)/
+} split /\n/, $log;
+is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
+  or diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+
+$node->stop;
+done_testing();
