@@ -55,6 +55,7 @@
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "inbox.h"
 
 PG_FUNCTION_INFO_V1(inbox_enter_scope);

@@ -15,7 +15,16 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/tuplestore.h"
+
+/*
+ * HASH_STRINGS (14) names what was the default before: without HASH_BLOBS
+ * or HASH_FUNCTION, dynahash treated keys as C strings.
+ */
+#if PG_VERSION_NUM < 140000
+#define HASH_STRINGS 0
+#endif
 
 /* MarkGUCPrefixReserved replaced EmitWarningsOnPlaceholders in 15 */
 #if PG_VERSION_NUM < 150000
