@@ -246,6 +246,34 @@ COMMENT ON FUNCTION @extschema@.inbox_revoke(text, regrole) IS
 REVOKE ALL ON FUNCTION @extschema@.inbox_grant(text, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_revoke(text, regrole) FROM PUBLIC;
 
+/*
+ * The operators' views show only the scopes the role querying them may act
+ * on (all of them for a superuser).  inbox.scope_visible() runs as that
+ * role, because a view calls functions as the role that queries it; it
+ * only answers for the role itself, so PUBLIC may execute it.  The views
+ * are replaced in place, keeping their columns and grants, by wrapping
+ * their 0.3.0 definitions.
+ */
+CREATE FUNCTION inbox.scope_visible(scope text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_scope_visible'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp;
+
+DO $$
+DECLARE
+	v regclass;
+BEGIN
+	FOREACH v IN ARRAY ARRAY['@extschema@.inbox_stats',
+							 '@extschema@.inbox_dead_letters']::regclass[]
+	LOOP
+		EXECUTE pg_catalog.format(
+			'CREATE OR REPLACE VIEW %s AS SELECT * FROM (%s) AS v WHERE inbox.scope_visible(v.scope)',
+			v, pg_catalog.rtrim(pg_catalog.pg_get_viewdef(v), ';'));
+	END LOOP;
+END
+$$;
+
 -- For administrators: who may act on which scope.
 CREATE VIEW @extschema@.inbox_grants AS
 SELECT g.scope, g.grantee, g.granted_at

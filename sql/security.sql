@@ -203,6 +203,22 @@ SELECT regress.try($$SELECT inbox_claim('open-scope', 'g-6')$$);
 -- (the scope's name is quoted safely in the message)
 SELECT regress.try($$SELECT inbox_claim(E'billing\n"x"', 'g-4')$$);
 
+-- The operators' views show a role only the scopes it may act on.
+RESET ROLE;
+GRANT SELECT ON inbox_stats, inbox_dead_letters TO inbox_regress_billing, inbox_regress_other;
+SELECT inbox_set_max_attempts('billing', 1);
+SELECT inbox_receive('billing', 'dl-1', '{"secret": 1}'::jsonb);
+SELECT inbox_fail('billing', message_id, 'poison') FROM inbox_take('billing');
+SET ROLE inbox_regress_other;
+SELECT scope FROM inbox_stats WHERE scope IN ('billing', 'open-scope', 'work') ORDER BY 1;
+SELECT scope, message_id FROM inbox_dead_letters;
+SET ROLE inbox_regress_billing;
+SELECT scope FROM inbox_stats WHERE scope IN ('billing', 'open-scope', 'work') ORDER BY 1;
+SELECT scope, message_id, payload FROM inbox_dead_letters;
+RESET ROLE;
+SELECT inbox_set_max_attempts('billing', NULL);
+DELETE FROM inbox.entries WHERE message_id = 'dl-1';
+
 -- The identity that counts is the role that called the API: after SET ROLE,
 -- the role set (above); inside an application's SECURITY DEFINER function,
 -- the role that function runs as, whoever the session's user is.

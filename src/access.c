@@ -61,6 +61,7 @@
 PG_FUNCTION_INFO_V1(inbox_enter_scope);
 PG_FUNCTION_INFO_V1(inbox_enter_admin);
 PG_FUNCTION_INFO_V1(inbox_scope_grants_changed);
+PG_FUNCTION_INFO_V1(inbox_scope_visible);
 
 /* What an entry point keeps between calls, in its FmgrInfo's fn_extra */
 typedef struct InboxEntry
@@ -205,26 +206,21 @@ grants_load(void)
 }
 
 /*
- * Raise 42501 unless the current role may act on the scope in argument 0.
- * A NULL or oversized scope passes: the implementation rejects it with its
- * own, more precise, error.
+ * May the role act on the scope?  True if the scope has no grants, or if one
+ * of its grantees' privileges are the role's (has_privs_of_role: members
+ * with INHERIT, and superusers, who have every role's privileges).
  */
-static void
-check_scope(FunctionCallInfo fcinfo)
+static bool
+scope_allowed(text *scope_text, Oid role)
 {
-	text	   *scope_text;
-	int			len;
+	int			len = VARSIZE_ANY_EXHDR(scope_text);
 	char		scope[INBOX_MAX_SCOPE_BYTES + 1];
 	ScopeGrants *entry;
-	Oid			caller;
 	ListCell   *lc;
 
-	if (PG_ARGISNULL(0))
-		return;
-	scope_text = PG_GETARG_TEXT_PP(0);
-	len = VARSIZE_ANY_EXHDR(scope_text);
+	/* No grant can name a longer scope (the table's CHECK) */
 	if (len > INBOX_MAX_SCOPE_BYTES)
-		return;
+		return true;
 
 	if (!grants_valid)
 	{
@@ -241,21 +237,39 @@ check_scope(FunctionCallInfo fcinfo)
 		PG_END_TRY();
 	}
 	if (hash_get_num_entries(grants_cache) == 0)
-		return;
+		return true;
 
 	memcpy(scope, VARDATA_ANY(scope_text), len);
 	scope[len] = '\0';
 	/* A scope with an embedded NUL cannot exist: text has none */
 	entry = hash_search(grants_cache, scope, HASH_FIND, NULL);
 	if (entry == NULL)
-		return;
+		return true;
 
-	caller = GetUserId();
 	foreach(lc, entry->roles)
 	{
-		if (has_privs_of_role(caller, lfirst_oid(lc)))
-			return;
+		if (has_privs_of_role(role, lfirst_oid(lc)))
+			return true;
 	}
+	return false;
+}
+
+/*
+ * Raise 42501 unless the current role may act on the scope in argument 0.
+ * A NULL or oversized scope passes: the implementation rejects it with its
+ * own, more precise, error.
+ */
+static void
+check_scope(FunctionCallInfo fcinfo)
+{
+	text	   *scope_text;
+	Oid			caller = GetUserId();
+
+	if (PG_ARGISNULL(0))
+		return;
+	scope_text = PG_GETARG_TEXT_PP(0);
+	if (scope_allowed(scope_text, caller))
+		return;
 
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -264,6 +278,18 @@ check_scope(FunctionCallInfo fcinfo)
 			 errdetail("Role \"%s\" is not granted this scope, and the scope has grants.",
 					   GetUserNameFromId(caller, false)),
 			 errhint("The extension's owner or a superuser grants a scope with inbox_grant(scope, role).")));
+}
+
+/*
+ * inbox.scope_visible(scope): whether the current role may act on the
+ * scope.  The views inbox_stats and inbox_dead_letters filter on it: a view
+ * reads its tables as its owner, but calls functions as the role querying
+ * it, so an operator sees the scopes open to it and no others.
+ */
+Datum
+inbox_scope_visible(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(scope_allowed(PG_GETARG_TEXT_PP(0), GetUserId()));
 }
 
 /*
