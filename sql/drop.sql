@@ -27,3 +27,26 @@ SELECT count(*) AS schemas_left FROM pg_namespace WHERE nspname = 'inbox';
 -- An inbox without entries drops without a word.
 CREATE EXTENSION inbox;
 DROP EXTENSION inbox;
+
+-- DROP OWNED BY the extension's owner would drop it too: the same rules.
+CREATE ROLE inbox_regress_dba SUPERUSER;
+CREATE ROLE inbox_regress_nobody;
+CREATE SCHEMA app_inbox;
+SET ROLE inbox_regress_dba;
+CREATE EXTENSION inbox SCHEMA app_inbox;
+SELECT app_inbox.inbox_claim('drop-test', 'kept-2');
+RESET ROLE;
+DROP OWNED BY inbox_regress_dba;
+DROP OWNED BY inbox_regress_nobody;
+SELECT extname, extowner::regrole FROM pg_extension WHERE extname = 'inbox';
+
+-- Someone who may not drop the extension gets PostgreSQL's own error.
+SET ROLE inbox_regress_nobody;
+DROP EXTENSION inbox;
+RESET ROLE;
+
+-- DROP SCHEMA ... CASCADE of the extension's schema warns, then drops.
+DROP SCHEMA app_inbox;
+DROP SCHEMA app_inbox CASCADE;
+SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'inbox';
+DROP ROLE inbox_regress_dba, inbox_regress_nobody;

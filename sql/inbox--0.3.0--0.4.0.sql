@@ -252,7 +252,9 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_revoke(text, regrole) FROM PUBLIC;
  * role, because a view calls functions as the role that queries it; it
  * only answers for the role itself, so PUBLIC may execute it.  The views
  * are replaced in place, keeping their columns and grants, by wrapping
- * their 0.3.0 definitions.
+ * their 0.3.0 definitions.  They are security barriers: otherwise the
+ * planner could run a cheap function of the caller's WHERE clause on rows
+ * of other scopes before the filter, and the function could print them.
  */
 CREATE FUNCTION inbox.scope_visible(scope text)
 RETURNS boolean
@@ -268,7 +270,7 @@ BEGIN
 							 '@extschema@.inbox_dead_letters']::regclass[]
 	LOOP
 		EXECUTE pg_catalog.format(
-			'CREATE OR REPLACE VIEW %s AS SELECT * FROM (%s) AS v WHERE inbox.scope_visible(v.scope)',
+			'CREATE OR REPLACE VIEW %s WITH (security_barrier) AS SELECT * FROM (%s) AS v WHERE inbox.scope_visible(v.scope)',
 			v, pg_catalog.rtrim(pg_catalog.pg_get_viewdef(v), ';'));
 	END LOOP;
 END
@@ -285,8 +287,10 @@ COMMENT ON VIEW @extschema@.inbox_grants IS
 REVOKE ALL ON @extschema@.inbox_grants FROM PUBLIC;
 
 /*
- * DROP EXTENSION inbox without CASCADE is refused while entries exist
- * (src/guard.c).  The trigger belongs to the extension, so it goes with it.
+ * DROP EXTENSION inbox, and DROP OWNED BY its owner, without CASCADE are
+ * refused while entries exist; with CASCADE, and for DROP SCHEMA ... CASCADE
+ * of a schema the extension lives in, they warn (src/guard.c).  The trigger
+ * belongs to the extension, so it goes with it.
  */
 CREATE FUNCTION inbox.guard_drop()
 RETURNS event_trigger
@@ -296,5 +300,5 @@ SET search_path = pg_catalog, pg_temp;
 REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
 
 CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
-	WHEN TAG IN ('DROP EXTENSION')
+	WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
 	EXECUTE FUNCTION inbox.guard_drop();

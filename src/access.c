@@ -46,6 +46,8 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "access/detoast.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -53,6 +55,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
 #include "compat.h"
@@ -154,9 +157,18 @@ grants_load(void)
 	MemoryContextReset(grants_cxt);
 	grants_cache = NULL;
 
-	/* Valid from here on, unless an invalidation arrives while loading */
+	/*
+	 * Valid from here on, unless an invalidation arrives while loading.
+	 * Locking the table processes every invalidation already queued, and
+	 * the rows are then read with the latest snapshot, not the caller's:
+	 * a snapshot older than a change whose invalidation was just consumed
+	 * would cache the old rows, marked valid, until the next change.  (A
+	 * REPEATABLE READ transaction holds such a snapshot.)  Access rules,
+	 * like the catalogs, are read as they are now.
+	 */
 	grants_valid = true;
 	grants_relid = grants_table();
+	LockRelationOid(grants_relid, AccessShareLock);
 
 	ctl.keysize = INBOX_MAX_SCOPE_BYTES + 1;
 	ctl.entrysize = sizeof(ScopeGrants);
@@ -174,9 +186,12 @@ grants_load(void)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* read_only: SPI then uses the active snapshot, pushed here */
+	PushActiveSnapshot(GetLatestSnapshot());
 	if (SPI_execute("SELECT scope, grantee::pg_catalog.oid FROM inbox.scope_grants",
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read inbox.scope_grants");
+	PopActiveSnapshot();
 
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -211,16 +226,32 @@ grants_load(void)
  * with INHERIT, and superusers, who have every role's privileges).
  */
 static bool
-scope_allowed(text *scope_text, Oid role)
+scope_allowed(Datum scope_datum, Oid role)
 {
-	int			len = VARSIZE_ANY_EXHDR(scope_text);
+	text	   *scope_text;
+	int			len;
 	char		scope[INBOX_MAX_SCOPE_BYTES + 1];
 	ScopeGrants *entry;
 	ListCell   *lc;
 
-	/* No grant can name a longer scope (the table's CHECK) */
-	if (len > INBOX_MAX_SCOPE_BYTES)
+	/*
+	 * No grant can name a longer scope (the table's CHECK).  The size is
+	 * read from the header, so that a huge value is not detoasted here just
+	 * to be refused by the implementation, which does not detoast it.
+	 */
+	if (toast_raw_datum_size(scope_datum) - VARHDRSZ > INBOX_MAX_SCOPE_BYTES)
 		return true;
+	scope_text = DatumGetTextPP(scope_datum);
+	len = VARSIZE_ANY_EXHDR(scope_text);
+
+	/*
+	 * Apply the invalidations queued since this backend last looked, so
+	 * that a grant or revoke committed elsewhere counts from the next call,
+	 * even in a transaction that began before it.  Without this, a backend
+	 * that already holds its locks would process them only at its next
+	 * transaction.  When nothing is queued this costs a read of a counter.
+	 */
+	AcceptInvalidationMessages();
 
 	if (!grants_valid)
 	{
@@ -267,9 +298,9 @@ check_scope(FunctionCallInfo fcinfo)
 
 	if (PG_ARGISNULL(0))
 		return;
-	scope_text = PG_GETARG_TEXT_PP(0);
-	if (scope_allowed(scope_text, caller))
+	if (scope_allowed(PG_GETARG_DATUM(0), caller))
 		return;
+	scope_text = PG_GETARG_TEXT_PP(0);
 
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -289,7 +320,7 @@ check_scope(FunctionCallInfo fcinfo)
 Datum
 inbox_scope_visible(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(scope_allowed(PG_GETARG_TEXT_PP(0), GetUserId()));
+	PG_RETURN_BOOL(scope_allowed(PG_GETARG_DATUM(0), GetUserId()));
 }
 
 /*
@@ -311,8 +342,7 @@ check_admin(FunctionCallInfo fcinfo, const char *name)
 	if (!is_owner)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to change the grants of inbox scope \"%s\"",
-						PG_ARGISNULL(0) ? "NULL" : inbox_quote(PG_GETARG_TEXT_PP(0))),
+				 errmsg("permission denied to change the grants of inbox scopes"),
 				 errdetail("Only the owner of extension inbox or a superuser may call %s; role \"%s\" is neither.",
 						   name, GetUserNameFromId(caller, false))));
 }
