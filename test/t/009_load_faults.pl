@@ -36,64 +36,33 @@
 use strict;
 use warnings;
 use FindBin;
-use IPC::Run;
-use PostgreSQL::Test::Cluster;
+use lib "$FindBin::RealBin/../faults";
+use LoadTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $driver = "$FindBin::RealBin/../faults/load.pl";
-
-my $node = PostgreSQL::Test::Cluster->new('load_faults');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'inbox'
-# The test framework turns this off; the kill -9 below needs it.
-restart_after_crash = on
-# The framework logs every statement; the log is read for errors instead.
-log_statement = none
-max_connections = 60
-inbox.purge_enabled = on
-inbox.purge_naptime = 1
-inbox.retention = 10
-inbox.idle_threshold = '1h'
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
-my $log_offset = -s $node->logfile;
+my ($node, $log_offset) = LoadTest::start_node('load_faults');
 
 # Run the driver: 40 s of load, then a drain of what was not acked.
-my @cmd = (
-	$^X, $driver,
-	'--connstr' => $node->connstr('postgres'),
-	'--mode' => 'claim',
-	'--scope' => 'billing',
-	'--consumers' => 16,
-	'--ids' => 12000,
-	'--duration' => 40,
-	'--redeliver' => 0.5,
-	'--abort' => 0.15,
-	'--kill-interval' => 4,
-	'--kill-method' => 'sigkill',
-	'--drain-timeout' => 60,
-	'--seed' => 9);
-my ($out, $err) = ('', '');
-my $ran = eval {
-	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(170));
-};
-my $status = $?;
-diag("driver: $@") if $@;
-ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
-  or diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
-
-my ($report) = $out =~ /^(inbox-load: .*)$/m;
-ok(defined $report, 'the driver prints its report line');
-$report //= '';
-note($report);
-my %r = $report =~ /(\w+)=(\S+)/g;
-$r{$_} //= -1
-  for qw(lost doubled stray unacked late errors consumers delivered_ids deliveries
-  redelivery_share abort_share kills purged effects uncertain);
+my %r = LoadTest::run_driver(
+	$node,
+	[
+		'--mode' => 'claim',
+		'--scope' => 'billing',
+		'--consumers' => 16,
+		'--ids' => 12000,
+		'--duration' => 40,
+		'--redeliver' => 0.5,
+		'--abort' => 0.15,
+		'--kill-interval' => 4,
+		'--kill-method' => 'sigkill',
+		'--drain-timeout' => 60,
+		'--seed' => 9
+	],
+	[
+		qw(lost doubled stray unacked late errors consumers delivered_ids deliveries
+		  redelivery_share abort_share kills purged effects uncertain)
+	]);
 
 # Exactly once
 is($r{lost}, 0, 'lost = 0: every id delivered at least once has an effect');
@@ -124,20 +93,7 @@ is(sql(q{SELECT count(DISTINCT message_id) FROM inbox_load_effects WHERE scope =
 cmp_ok(sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'billing'}),
 	'<=', $r{delivered_ids} - $r{purged},
 	'inbox.entries agrees: at most delivered - purged entries are left');
-ok( $node->poll_query_until('postgres',
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher'}),
-	'the purge launcher runs again after the crash restarts');
-
-# The server log: the crash restarts, and nothing else went wrong.
-my $log = substr(slurp_file($node->logfile), $log_offset);
-my $crashes = () = $log =~ /server process \(PID \d+\) was terminated by signal 9/g;
-cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
-my @unexpected = grep {
-	/\b(ERROR|FATAL|PANIC|WARNING):|terminated by signal (?!9\b)|exited with exit code [^0]/
-	  && !/FATAL:  the database system is (in recovery mode|not yet accepting connections|starting up)/
-} split /\n/, $log;
-is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
-  or diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+LoadTest::check_aftermath($node, $log_offset);
 
 $node->stop;
 done_testing();

@@ -38,70 +38,38 @@
 use strict;
 use warnings;
 use FindBin;
-use IPC::Run;
-use PostgreSQL::Test::Cluster;
+use lib "$FindBin::RealBin/../faults";
+use LoadTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $driver = "$FindBin::RealBin/../faults/load.pl";
-
-my $node = PostgreSQL::Test::Cluster->new('deferred_faults');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'inbox'
-# The test framework turns this off; the kill -9 below needs it.
-restart_after_crash = on
-# The framework logs every statement; the log is read for errors instead.
-log_statement = none
-max_connections = 60
-inbox.purge_enabled = on
-inbox.purge_naptime = 1
-inbox.retention = 10
-inbox.idle_threshold = '1h'
-inbox.max_attempts = 3
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
-my $log_offset = -s $node->logfile;
+my ($node, $log_offset) = LoadTest::start_node('deferred_faults', "inbox.max_attempts = 3\n");
 
 # 40 s of load; then the receivers deliver what was not acked, and the
 # workers go on until every received message is done or dead.
-my @cmd = (
-	$^X, $driver,
-	'--connstr' => $node->connstr('postgres'),
-	'--mode' => 'deferred',
-	'--scope' => 'shipping',
-	'--receivers' => 4,
-	'--workers' => 8,
-	'--batch' => 4,
-	'--work' => 0.01,
-	'--ids' => 8000,
-	'--duration' => 40,
-	'--redeliver' => 0.5,
-	'--abort' => 0.15,
-	'--kill-interval' => 4,
-	'--kill-method' => 'sigkill',
-	'--drain-timeout' => 60,
-	'--seed' => 10);
-my ($out, $err) = ('', '');
-my $ran = eval {
-	IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(170));
-};
-my $status = $?;
-diag("driver: $@") if $@;
-ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
-  or diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
-
-my ($report) = $out =~ /^(inbox-load: .*)$/m;
-ok(defined $report, 'the driver prints its report line');
-$report //= '';
-note($report);
-my %r = $report =~ /(\w+)=(\S+)/g;
-$r{$_} //= -1
-  for qw(lost doubled stray unacked late errors open dead_with_effect delivered_ids received
-  redelivery_share abort_share taken completed aborts kills kills_workers lost_in_hand done dead
-  purged effects);
+my %r = LoadTest::run_driver(
+	$node,
+	[
+		'--mode' => 'deferred',
+		'--scope' => 'shipping',
+		'--receivers' => 4,
+		'--workers' => 8,
+		'--batch' => 4,
+		'--work' => 0.01,
+		'--ids' => 8000,
+		'--duration' => 40,
+		'--redeliver' => 0.5,
+		'--abort' => 0.15,
+		'--kill-interval' => 4,
+		'--kill-method' => 'sigkill',
+		'--drain-timeout' => 60,
+		'--seed' => 10
+	],
+	[
+		qw(lost doubled stray unacked late errors open dead_with_effect delivered_ids received
+		  redelivery_share abort_share taken completed aborts kills kills_workers lost_in_hand done dead
+		  purged effects)
+	]);
 
 # Every received message ends done or dead, with one effect or none
 is($r{open}, 0, 'every received message ends done or dead, none is left pending or processing');
@@ -143,20 +111,7 @@ is( sql(q{SELECT count(*) FROM inbox.entries AS e
 	0, 'every entry left is done with an effect, or dead without one');
 is(sql(q{SELECT count(*) FROM inbox_dead_letters WHERE scope = 'shipping'}),
 	$r{dead}, 'inbox_dead_letters lists the dead ones');
-ok( $node->poll_query_until('postgres',
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher'}),
-	'the purge launcher runs again after the crash restarts');
-
-# The server log: the crash restarts, and nothing else went wrong.
-my $log = substr(slurp_file($node->logfile), $log_offset);
-my $crashes = () = $log =~ /server process \(PID \d+\) was terminated by signal 9/g;
-cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
-my @unexpected = grep {
-	/\b(ERROR|FATAL|PANIC|WARNING):|terminated by signal (?!9\b)|exited with exit code [^0]/
-	  && !/FATAL:  the database system is (in recovery mode|not yet accepting connections|starting up)/
-} split /\n/, $log;
-is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
-  or diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+LoadTest::check_aftermath($node, $log_offset);
 
 $node->stop;
 done_testing();
