@@ -1052,25 +1052,32 @@ while (consumers_running())
 	sleep 0.05;
 }
 
-# Merge what the children report.
+# Merge what the children report: counters ("n name value", summed under
+# $prefix.name), and for consumers the ids delivered and left unacked.
 my (%n, %delivered, @unacked, @errors);
-for my $file (sort glob("$tmpdir/consumer-*[0-9]"))
+
+sub read_reports
 {
-	open my $in, '<', $file or die "$file: $!";
-	while (<$in>)
+	my ($pattern, $prefix) = @_;
+	for my $file (sort glob("$tmpdir/$pattern"))
 	{
-		chomp;
-		my ($what, $rest) = split / /, $_, 2;
-		if ($what eq 'n')
+		open my $in, '<', $file or die "$file: $!";
+		while (<$in>)
 		{
-			my ($k, $v) = split / /, $rest;
-			$n{$k} += $v;
+			chomp;
+			my ($what, $rest) = split / /, $_, 2;
+			if ($what eq 'n')
+			{
+				my ($k, $v) = split / /, $rest;
+				$n{"$prefix$k"} += $v;
+			}
+			elsif ($what eq 'delivered') { $delivered{$rest} = 1; }
+			elsif ($what eq 'unacked') { push @unacked, $rest; }
+			elsif ($what eq 'error') { push @errors, $rest; }
 		}
-		elsif ($what eq 'delivered') { $delivered{$rest} = 1; }
-		elsif ($what eq 'unacked') { push @unacked, $rest; }
-		elsif ($what eq 'error') { push @errors, $rest; }
 	}
 }
+read_reports('consumer-*[0-9]', '');
 my @ids = map { message_id($_) } sort { $a <=> $b } keys %delivered;
 
 my $check = eval { connect_retry("$app-check", 60) };
@@ -1121,21 +1128,7 @@ kill 'TERM', keys %children;
 		reap();
 	}
 }
-for my $file (sort glob("$tmpdir/worker-*[0-9]"))
-{
-	open my $in, '<', $file or die "$file: $!";
-	while (<$in>)
-	{
-		chomp;
-		my ($what, $rest) = split / /, $_, 2;
-		if ($what eq 'n')
-		{
-			my ($k, $v) = split / /, $rest;
-			$n{"w_$k"} += $v;
-		}
-		elsif ($what eq 'error') { push @errors, $rest; }
-	}
-}
+read_reports('worker-*[0-9]', 'w_');
 for my $name (sort keys %exited)
 {
 	push @failures, "$name exited with status $exited{$name}" if $exited{$name};
