@@ -47,6 +47,7 @@ DECLARE
 	fn regprocedure;
 	def text;
 	header text;
+	impl text;
 BEGIN
 	FOREACH fn IN ARRAY ARRAY[
 		'@extschema@.inbox_claim(text, text, bytea)',
@@ -65,35 +66,21 @@ BEGIN
 	LOOP
 		SELECT pg_catalog.pg_get_functiondef(p.oid),
 			   'CREATE OR REPLACE FUNCTION ' ||
-			   pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) || '('
-		  INTO def, header
+			   pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(p.proname) || '(',
+			   'inbox.' || pg_catalog.quote_ident(p.proname)
+		  INTO def, header, impl
 		  FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 		 WHERE p.oid = fn;
 		IF pg_catalog.strpos(def, header) <> 1 THEN
 			RAISE EXCEPTION 'unexpected definition of %', fn;
 		END IF;
-		EXECUTE 'CREATE FUNCTION inbox.' ||
-			pg_catalog.quote_ident((SELECT proname FROM pg_catalog.pg_proc WHERE oid = fn)) || '(' ||
+		EXECUTE 'CREATE FUNCTION ' || impl || '(' ||
 			pg_catalog.substr(def, pg_catalog.length(header) + 1);
-	END LOOP;
-END
-$$;
 
--- The implementations: nobody but their owner may call them directly.
-DO $$
-DECLARE
-	fn regprocedure;
-BEGIN
-	FOR fn IN
-		SELECT p.oid FROM pg_catalog.pg_proc p
-		 WHERE p.pronamespace = 'inbox'::regnamespace
-		   AND p.proname IN ('inbox_claim', 'inbox_status', 'inbox_receive', 'inbox_take',
-							 'inbox_complete', 'inbox_fail', 'inbox_extend', 'inbox_requeue',
-							 'inbox_set_max_attempts', 'inbox_result', 'inbox_set_retention',
-							 'inbox_drop_scope')
-	LOOP
-		EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
-		EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', fn,
+		-- Nobody but its owner may call the implementation directly.
+		impl := impl || '(' || pg_catalog.pg_get_function_identity_arguments(fn) || ')';
+		EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', impl);
+		EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', impl,
 			'implementation behind the API function of the same name; call that one');
 	END LOOP;
 END

@@ -38,15 +38,14 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_proc.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "access/detoast.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -106,8 +105,7 @@ grants_invalidate(Datum arg, Oid relid)
 static Oid
 grants_table(void)
 {
-	Oid			nsp = get_namespace_oid("inbox", false);
-	Oid			relid = get_relname_relid("scope_grants", nsp);
+	Oid			relid = inbox_relid("scope_grants");
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -324,22 +322,16 @@ inbox_scope_visible(PG_FUNCTION_ARGS)
 }
 
 /*
- * Raise 42501 unless the current role owns the extension's tables (the
- * extension's owner, its members, or a superuser).
+ * Raise 42501 unless the current role has the privileges of the owner of
+ * the extension's tables (the extension's owner, its members, or a
+ * superuser): what an ownership check of those tables tests.
  */
 static void
-check_admin(FunctionCallInfo fcinfo, const char *name)
+check_admin(const char *name)
 {
-	Oid			relid = grants_table();
 	Oid			caller = GetUserId();
-	bool		is_owner;
 
-#if PG_VERSION_NUM >= 160000
-	is_owner = object_ownercheck(RelationRelationId, relid, caller);
-#else
-	is_owner = pg_class_ownercheck(relid, caller);
-#endif
-	if (!is_owner)
+	if (!has_privs_of_role(caller, rel_owner(grants_table())))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to change the grants of inbox scopes"),
@@ -442,7 +434,7 @@ inbox_enter_admin(PG_FUNCTION_ARGS)
 {
 	InboxEntry *entry = entry_for(fcinfo);
 
-	check_admin(fcinfo, entry->name);
+	check_admin(entry->name);
 	return call_impl(fcinfo, entry);
 }
 

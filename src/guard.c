@@ -39,12 +39,7 @@
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
-#if PG_VERSION_NUM >= 160000
-#include "catalog/pg_extension.h"
-#endif
 #include "commands/event_trigger.h"
-#include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -52,8 +47,9 @@
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+
+#include "inbox.h"
 
 PG_FUNCTION_INFO_V1(inbox_guard_drop);
 
@@ -144,8 +140,7 @@ classify(Node *parsetree, InboxExtension *ext)
 static bool
 has_entries(void)
 {
-	Oid			nsp = get_namespace_oid("inbox", false);
-	Oid			entries = get_relname_relid("entries", nsp);
+	Oid			entries = inbox_relid("entries");
 	bool		result;
 	bool		isnull;
 
@@ -173,7 +168,6 @@ inbox_guard_drop(PG_FUNCTION_ARGS)
 	EventTriggerData *trigdata;
 	InboxExtension ext;
 	DropKind	kind;
-	bool		is_owner;
 
 	if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -188,16 +182,12 @@ inbox_guard_drop(PG_FUNCTION_ARGS)
 		PG_RETURN_VOID();
 
 	/*
-	 * Someone who may not drop the extension gets PostgreSQL's own error
-	 * from the command, not a permission error from looking into its tables.
+	 * Someone who may not drop the extension (who lacks its owner's
+	 * privileges: the extension's ownership check) gets PostgreSQL's own
+	 * error from the command, not a permission error from looking into its
+	 * tables.
 	 */
-#if PG_VERSION_NUM >= 160000
-	is_owner = object_ownercheck(ExtensionRelationId, get_extension_oid("inbox", false),
-								 GetUserId());
-#else
-	is_owner = pg_extension_ownercheck(get_extension_oid("inbox", false), GetUserId());
-#endif
-	if (!is_owner)
+	if (!has_privs_of_role(GetUserId(), ext.owner))
 		PG_RETURN_VOID();
 
 	if (!has_entries())

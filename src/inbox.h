@@ -11,7 +11,9 @@
 #ifndef INBOX_H
 #define INBOX_H
 
+#include "catalog/namespace.h"
 #include "utils/elog.h"
+#include "utils/lsyscache.h"
 
 /*
  * The extension's own SQLSTATEs, class IB.  They are part of the API:
@@ -52,6 +54,18 @@ extern bool inbox_purge_enabled;
 extern int	inbox_purge_lock_timeout;	/* milliseconds */
 extern int	inbox_max_scopes;
 extern int	inbox_max_attempts;
+
+/*
+ * The OID of table inbox.<relname>, or InvalidOid when it, or schema inbox,
+ * does not exist (the extension is not installed, or is older).
+ */
+static inline Oid
+inbox_relid(const char *relname)
+{
+	Oid			nsp = get_namespace_oid("inbox", true);
+
+	return OidIsValid(nsp) ? get_relname_relid(relname, nsp) : InvalidOid;
+}
 
 /* keys.c: argument checks and safe quoting for messages */
 extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,

@@ -272,7 +272,7 @@ extension_ready(void)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	ready = OidIsValid(get_extension_oid("inbox", true)) &&
-		OidIsValid(get_relname_relid("scopes", get_namespace_oid("inbox", true)));
+		OidIsValid(inbox_relid("scopes"));
 	CommitTransactionCommand();
 	return ready;
 }
