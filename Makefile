@@ -14,13 +14,16 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
 MODULE_big = inbox
 OBJS = \
 	src/inbox.o \
-	src/claim.o \
-	src/deferred.o \
+	src/version.o \
 	src/keys.o \
-	src/purge.o \
-	src/stats.o \
-	src/worker.o \
+	src/claim.o \
 	src/access.o \
+	src/session.o \
+	src/deferred.o \
+	src/purge.o \
+	src/worker.o \
+	src/stats.o \
+	src/admin.o \
 	src/guard.o
 
 DATA = $(wildcard sql/inbox--*.sql)

@@ -32,6 +32,14 @@
  * per scope at most) and drops the cache on a relcache invalidation of the
  * table, which a statement trigger on the table sends at every change.
  *
+ * From 1.0.0 on, a grant names its role by name, as pg_dump names roles
+ * in every ACL, and the cache resolves names to roles when it loads: a
+ * restore into another cluster finds the same roles, and a grant whose
+ * role does not exist (dropped, or not created before the restore) keeps
+ * its scope closed and matches nobody.  The cache is dropped whenever a
+ * role is created, renamed or dropped.  Version 0.4.0 stored the role's
+ * OID (a regrole), which is still read as such in a database at 0.4.0.
+ *
  * src/access.c
  *
  *-------------------------------------------------------------------------
@@ -59,6 +67,8 @@
 
 #include "compat.h"
 #include "inbox.h"
+#include "keys.h"
+#include "version.h"
 
 PG_FUNCTION_INFO_V1(inbox_enter_scope);
 PG_FUNCTION_INFO_V1(inbox_enter_admin);
@@ -98,6 +108,13 @@ grants_invalidate(Datum arg, Oid relid)
 		grants_valid = false;
 }
 
+/* A role was created, renamed or dropped: names resolve differently */
+static void
+grants_roles_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	grants_valid = false;
+}
+
 /*
  * inbox.scope_grants' OID, found again on each load: the extension may have
  * been dropped and created again since the last one.
@@ -111,7 +128,7 @@ grants_table(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table inbox.scope_grants does not exist"),
-				 errhint("Update the extension: ALTER EXTENSION inbox UPDATE.")));
+				 errdetail("Extension inbox is not installed in this database, or is being dropped.")));
 	return relid;
 }
 
@@ -143,10 +160,13 @@ grants_load(void)
 	int			save_nestlevel;
 	HASHCTL		ctl;
 	uint64		i;
+	char	   *version;
+	bool		by_oid;
 
 	if (!grants_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(grants_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHOID, grants_roles_changed, (Datum) 0);
 		grants_callback_registered = true;
 	}
 	if (grants_cxt == NULL)
@@ -186,7 +206,11 @@ grants_load(void)
 		elog(ERROR, "SPI_connect failed");
 	/* read_only: SPI then uses the active snapshot, pushed here */
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute("SELECT scope, grantee::pg_catalog.oid FROM inbox.scope_grants",
+	version = inbox_sql_version();
+	by_oid = version != NULL && strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0;
+	if (SPI_execute(by_oid
+					? "SELECT scope, grantee::pg_catalog.oid::pg_catalog.text FROM inbox.scope_grants"
+					: "SELECT scope, grantee FROM inbox.scope_grants",
 					true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read inbox.scope_grants");
 	PopActiveSnapshot();
@@ -195,16 +219,18 @@ grants_load(void)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
 		bool		found;
 		char	   *scope = SPI_getvalue(tup, desc, 1);
-		Oid			role = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+		char	   *grantee = SPI_getvalue(tup, desc, 2);
+		Oid			role;
 		ScopeGrants *entry;
 		MemoryContext oldcxt;
 
 		/* The table's CHECK keeps scopes within the limit */
-		if (scope == NULL || isnull || strlen(scope) > INBOX_MAX_SCOPE_BYTES)
+		if (scope == NULL || grantee == NULL || strlen(scope) > INBOX_MAX_SCOPE_BYTES)
 			continue;
+		/* A role that does not exist matches nobody, and keeps the scope closed */
+		role = by_oid ? (Oid) strtoul(grantee, NULL, 10) : get_role_oid(grantee, true);
 		entry = hash_search(grants_cache, scope, HASH_ENTER, &found);
 		if (!found)
 			entry->roles = NIL;
@@ -277,6 +303,7 @@ scope_allowed(Datum scope_datum, Oid role)
 
 	foreach(lc, entry->roles)
 	{
+		/* InvalidOid, a missing role, is nobody's: only superusers pass */
 		if (has_privs_of_role(role, lfirst_oid(lc)))
 			return true;
 	}

@@ -32,11 +32,17 @@
  * the claim working wherever the planner decides where rows live, such as
  * when the inbox tables are distributed by Citus.
  *
+ * Each function has two C entry points: the one that version 1.0.0 of the
+ * SQL binds (suffix _1_0), and the one of the previous release, which
+ * checks that the database really is at that release (see version.c).
+ *
  * src/claim.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <limits.h>
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -50,14 +56,40 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "claim.h"
 #include "compat.h"
 #include "inbox.h"
+#include "keys.h"
 #include "stats.h"
+#include "version.h"
 
+PG_FUNCTION_INFO_V1(inbox_claim_1_0);
+PG_FUNCTION_INFO_V1(inbox_status_1_0);
+PG_FUNCTION_INFO_V1(inbox_receive_json_1_0);
+PG_FUNCTION_INFO_V1(inbox_receive_bytes_1_0);
 PG_FUNCTION_INFO_V1(inbox_claim);
 PG_FUNCTION_INFO_V1(inbox_status);
 PG_FUNCTION_INFO_V1(inbox_receive_json);
 PG_FUNCTION_INFO_V1(inbox_receive_bytes);
+
+/* What a committed duplicate does: inbox.on_duplicate */
+typedef enum InboxOnDuplicate
+{
+	INBOX_ON_DUPLICATE_RETURN,
+	INBOX_ON_DUPLICATE_RAISE
+} InboxOnDuplicate;
+
+static const struct config_enum_entry on_duplicate_options[] = {
+	{"return", INBOX_ON_DUPLICATE_RETURN, false},
+	{"raise", INBOX_ON_DUPLICATE_RAISE, false},
+	{NULL, 0, false}
+};
+
+/* inbox.on_duplicate */
+static int	on_duplicate = INBOX_ON_DUPLICATE_RETURN;
+
+/* inbox.claim_timeout: longest wait for a concurrent claim, 0 = no limit */
+static int	claim_timeout = 0;
 
 /*
  * How often a claim retries when its INSERT conflicted but the conflicting
@@ -75,11 +107,6 @@ static SPIPlanPtr insert_plan = NULL;
 static SPIPlanPtr receive_plan = NULL;
 static SPIPlanPtr lookup_plan = NULL;
 
-/*
- * Keys are compared with COLLATE "C" explicitly: the key columns are "C",
- * and without the clause a parameter's default collation would conflict
- * with the column's.
- */
 static const char *const insert_sql =
 "INSERT INTO inbox.entries (scope, message_id, payload_hash) "
 "VALUES ($1, $2, $3) "
@@ -103,6 +130,36 @@ typedef struct InboxEntry
 	bytea	   *payload_hash;	/* NULL if the claim gave none */
 	char		state;
 } InboxEntry;
+
+/*
+ * The settings of the claim path.  Both are PGC_USERSET: they describe how
+ * one consumer wants its duplicates reported, so they belong to the
+ * session, role, database or a SET LOCAL around one transaction.
+ */
+void
+claim_init(void)
+{
+	DefineCustomEnumVariable("inbox.on_duplicate",
+							 "What inbox_claim does when the message was already processed.",
+							 "\"return\" makes it return false; \"raise\" raises SQLSTATE IB001.",
+							 &on_duplicate,
+							 INBOX_ON_DUPLICATE_RETURN,
+							 on_duplicate_options,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.claim_timeout",
+							"Longest time inbox_claim waits for a concurrent, uncommitted claim of the same message.",
+							"When the wait exceeds it the claim fails with SQLSTATE IB003. "
+							"0 waits until the other transaction ends (or lock_timeout expires).",
+							&claim_timeout,
+							0,
+							0, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
 
 static SPIPlanPtr
 keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
@@ -145,13 +202,13 @@ state_name(char state)
 {
 	switch (state)
 	{
-		case 'p':
+		case INBOX_STATE_PENDING:
 			return "pending";
-		case 'r':
+		case INBOX_STATE_PROCESSING:
 			return "processing";
-		case 'd':
+		case INBOX_STATE_DONE:
 			return "done";
-		case 'x':
+		case INBOX_STATE_DEAD:
 			return "dead";
 	}
 	elog(ERROR, "unexpected inbox entry state \"%c\"", state);
@@ -207,7 +264,7 @@ insert_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 	char		timeout[32];
 	int			rc = 0;
 
-	snprintf(timeout, sizeof(timeout), "%d", inbox_claim_timeout);
+	snprintf(timeout, sizeof(timeout), "%d", claim_timeout);
 	(void) set_config_option("lock_timeout", timeout,
 							 PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
@@ -230,7 +287,7 @@ insert_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 						inbox_quote(message_id), inbox_quote(scope)),
 				 errdetail("The claim waited %d ms (inbox.claim_timeout) for a lock held by another transaction, "
 						   "most likely an uncommitted claim of the same message.",
-						   inbox_claim_timeout),
+						   claim_timeout),
 				 errhint("Retry after that transaction ends: if it committed, the retry reports a duplicate; "
 						 "if it rolled back, the retry claims the message.")));
 	}
@@ -249,7 +306,7 @@ insert_entry(SPIPlanPtr plan, Datum *values, const char *nulls,
 {
 	int			rc;
 
-	if (inbox_claim_timeout > 0)
+	if (claim_timeout > 0)
 		rc = insert_bounded(plan, values, nulls, scope, message_id);
 	else
 		rc = SPI_execute_plan(plan, values, nulls, false, 0);
@@ -292,10 +349,10 @@ report_duplicate(text *scope, text *message_id, bytea *payload_hash,
 	}
 
 	inbox_stats_count(scope, INBOX_COUNT_DUPLICATE);
-	if (inbox_on_duplicate == INBOX_ON_DUPLICATE_RAISE)
+	if (on_duplicate == INBOX_ON_DUPLICATE_RAISE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INBOX_DUPLICATE),
-				 entry->state == 'd'
+				 entry->state == INBOX_STATE_DONE
 				 ? errmsg("message \"%s\" in scope \"%s\" was already processed",
 						  inbox_quote(message_id), inbox_quote(scope))
 				 : errmsg("message \"%s\" in scope \"%s\" was already received",
@@ -354,8 +411,8 @@ claim_key(SPIPlanPtr plan, Datum *values, const char *nulls,
  * True: this transaction now holds the claim and must apply the effect.
  * False: the message was already processed (inbox.on_duplicate = return).
  */
-Datum
-inbox_claim(PG_FUNCTION_ARGS)
+static Datum
+claim(FunctionCallInfo fcinfo)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
@@ -378,10 +435,29 @@ inbox_claim(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(claimed);
 }
 
+Datum
+inbox_claim_1_0(PG_FUNCTION_ARGS)
+{
+	return claim(fcinfo);
+}
+
+Datum
+inbox_claim(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	return claim(fcinfo);
+}
+
 /*
  * The digest inbox_receive stores when the caller gives none: SHA-256 of
  * the payload's bytes, or of a jsonb payload's text form in UTF-8, which
  * is what sha256(convert_to(payload::text, 'UTF8')) gives a consumer.
+ *
+ * A SQL_ASCII database has no encoding to convert from: its text is bytes
+ * that nobody checked.  There the digest is of the text form's bytes as
+ * they are, which is the same as above whenever those bytes are valid
+ * UTF-8 (convert_to then changes nothing), and still a digest, rather than
+ * an error, when they are not (convert_to then fails).
  */
 static bytea *
 payload_digest(Datum payload, bool is_jsonb)
@@ -391,7 +467,8 @@ payload_digest(Datum payload, bool is_jsonb)
 	if (is_jsonb)
 	{
 		char	   *json = DatumGetCString(DirectFunctionCall1(jsonb_out, payload));
-		char	   *utf8 = pg_server_to_any(json, strlen(json), PG_UTF8);
+		char	   *utf8 = GetDatabaseEncoding() == PG_SQL_ASCII ? json :
+			pg_server_to_any(json, strlen(json), PG_UTF8);
 		int			len = strlen(utf8);
 		bytea	   *raw = palloc(VARHDRSZ + len);
 
@@ -454,14 +531,28 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb)
  * with another payload hash.
  */
 Datum
+inbox_receive_json_1_0(PG_FUNCTION_ARGS)
+{
+	return receive(fcinfo, true);
+}
+
+Datum
+inbox_receive_bytes_1_0(PG_FUNCTION_ARGS)
+{
+	return receive(fcinfo, false);
+}
+
+Datum
 inbox_receive_json(PG_FUNCTION_ARGS)
 {
+	inbox_require_previous_sql();
 	return receive(fcinfo, true);
 }
 
 Datum
 inbox_receive_bytes(PG_FUNCTION_ARGS)
 {
+	inbox_require_previous_sql();
 	return receive(fcinfo, false);
 }
 
@@ -473,8 +564,8 @@ inbox_receive_bytes(PG_FUNCTION_ARGS)
  * consumer whose COMMIT outcome was lost (the connection dropped) calls it
  * from a new session: a row means the claim, and so the effect, committed.
  */
-Datum
-inbox_status(PG_FUNCTION_ARGS)
+static Datum
+status(FunctionCallInfo fcinfo)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
@@ -502,4 +593,17 @@ inbox_status(PG_FUNCTION_ARGS)
 
 	SPI_finish();
 	return (Datum) 0;
+}
+
+Datum
+inbox_status_1_0(PG_FUNCTION_ARGS)
+{
+	return status(fcinfo);
+}
+
+Datum
+inbox_status(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	return status(fcinfo);
 }

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * compat.h
- *	  Shims for the PostgreSQL APIs that differ between the versions the
- *	  extension builds against (13 to 18).  Only APIs that really changed
- *	  belong here.
+ *	  Every difference between the PostgreSQL versions the extension builds
+ *	  against (15 to 18), in one place.  Only APIs that really changed
+ *	  belong here; the rest of the code calls the names defined below.
  *
  * src/compat.h
  *
@@ -12,52 +12,54 @@
 #ifndef INBOX_COMPAT_H
 #define INBOX_COMPAT_H
 
-#include "funcapi.h"
-#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
-#include "utils/tuplestore.h"
 
-/*
- * HASH_STRINGS (14) names what was the default before: without HASH_BLOBS
- * or HASH_FUNCTION, dynahash treated keys as C strings.
- */
-#if PG_VERSION_NUM < 140000
-#define HASH_STRINGS 0
-#endif
-
-/* MarkGUCPrefixReserved replaced EmitWarningsOnPlaceholders in 15 */
 #if PG_VERSION_NUM < 150000
-#define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
+#error "inbox requires PostgreSQL 15 or later"
 #endif
 
 /*
- * InitMaterializedSRF (15) sets up a set-returning function in materialize
- * mode; before 15 every caller wrote it out.  This is the same setup, for
- * flags = 0.
+ * From 16 on, postgres.h no longer includes varatt.h, which defines
+ * VARDATA_ANY and its kin.
  */
-#if PG_VERSION_NUM < 150000
-static inline void
-InitMaterializedSRF(FunctionCallInfo fcinfo, bits32 flags)
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
+
+/*
+ * The "extra" of a GUC check hook: plain malloc before 16, where GUC memory
+ * moved into a memory context of its own and must come from guc_malloc.
+ */
+static inline void *
+inbox_guc_malloc(size_t size)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TupleDesc	tupdesc;
-	MemoryContext oldcxt;
-
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
-		(rsinfo->allowedModes & SFRM_Materialize) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
-	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
-	MemoryContextSwitchTo(oldcxt);
-	rsinfo->returnMode = SFRM_Materialize;
-}
+#if PG_VERSION_NUM >= 160000
+	return guc_malloc(LOG, size);
+#else
+	return malloc(size);
 #endif
+}
+
+static inline void
+inbox_guc_free(void *ptr)
+{
+#if PG_VERSION_NUM >= 160000
+	guc_free(ptr);
+#else
+	free(ptr);
+#endif
+}
+
+/* LockHeldByMe grew an "or stronger" flag in 17 */
+static inline bool
+inbox_lock_held(const LOCKTAG *tag, LOCKMODE mode)
+{
+#if PG_VERSION_NUM >= 170000
+	return LockHeldByMe(tag, mode, false);
+#else
+	return LockHeldByMe(tag, mode);
+#endif
+}
 
 #endif							/* INBOX_COMPAT_H */

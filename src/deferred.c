@@ -1,27 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * deferred.c
- *	  The deferred mode's C helpers: who owns a message being processed,
- *	  and whether that owner is still alive.
- *
- * inbox_take records the taking session as the owner of each message it
- * returns.  The owner is identified by (pid, backend start time), packed
- * into a bigint, and the owning session holds a session-level lock on a key
- * derived from it: a private advisory-lock namespace (field4 = 'IB') that
- * SQL-level advisory lock functions cannot name.  So:
- *
- *	- the owner is alive exactly while that lock is held: another session
- *	  that can take the lock knows the owner's backend has exited (or
- *	  crashed: a crash restart empties the lock table), and recovers the
- *	  message at once, with no timeout to guess;
- *	- pid reuse cannot fake liveness, because the start time is in the key.
- *
- * pg_advisory_unlock_all() and DISCARD ALL release this lock too (it lives
- * in the advisory lock method, the only one whose session locks a backend
- * releases on exit).  A session that does that looks dead, and its
- * messages may be taken by another worker; inbox_complete checks the owner
- * in the completing transaction, so such a message is still completed,
- * with its effect, at most once.  inbox_take takes the lock again.
+ *	  The deferred mode's settings.  Its functions are SQL (inbox_take,
+ *	  inbox_complete, ...), with the owner sessions in session.c.
  *
  * src/deferred.c
  *
@@ -29,111 +10,24 @@
  */
 #include "postgres.h"
 
-#include "fmgr.h"
-#include "miscadmin.h"
-#include "storage/lock.h"
-#include "utils/builtins.h"
+#include "utils/guc.h"
 
-#include "inbox.h"
-#include "stats.h"
+#include "deferred.h"
 
-PG_FUNCTION_INFO_V1(inbox_session_key);
-PG_FUNCTION_INFO_V1(inbox_session_alive);
-PG_FUNCTION_INFO_V1(inbox_check_key);
-PG_FUNCTION_INFO_V1(inbox_quote_sql);
-PG_FUNCTION_INFO_V1(inbox_count_failure);
+/* inbox.max_attempts, which the SQL functions read with current_setting */
+static int	max_attempts = 5;
 
-/* locktag_field4 of owner locks; user advisory locks use 1 and 2 */
-#define INBOX_OWNER_LOCK_SPACE	0x4942	/* "IB" */
-
-static int64
-my_session_key(void)
+void
+deferred_init(void)
 {
-	return ((int64) MyProcPid << 32) | (int64) (uint32) MyStartTimestamp;
-}
-
-static void
-owner_locktag(LOCKTAG *tag, int64 key)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) ((uint64) key >> 32),
-						 (uint32) key, INBOX_OWNER_LOCK_SPACE);
-}
-
-static bool
-owner_lock_held(LOCKTAG *tag)
-{
-#if PG_VERSION_NUM >= 170000
-	return LockHeldByMe(tag, ExclusiveLock, false);
-#else
-	return LockHeldByMe(tag, ExclusiveLock);
-#endif
-}
-
-/*
- * inbox.session_key() -> bigint: this session's owner key, making sure the
- * session holds its owner lock.
- */
-Datum
-inbox_session_key(PG_FUNCTION_ARGS)
-{
-	int64		key = my_session_key();
-	LOCKTAG		tag;
-
-	owner_locktag(&tag, key);
-	if (!owner_lock_held(&tag))
-		(void) LockAcquire(&tag, ExclusiveLock, true, false);
-	PG_RETURN_INT64(key);
-}
-
-/*
- * inbox.session_alive(owner bigint) -> boolean: does the owning session
- * still exist?  Probing takes the owner's lock without waiting and gives it
- * back at once; only a live owner holds it.
- */
-Datum
-inbox_session_alive(PG_FUNCTION_ARGS)
-{
-	int64		key;
-	LOCKTAG		tag;
-
-	if (PG_ARGISNULL(0))
-		PG_RETURN_BOOL(false);
-	key = PG_GETARG_INT64(0);
-	if (key == my_session_key())
-		PG_RETURN_BOOL(true);
-
-	owner_locktag(&tag, key);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		PG_RETURN_BOOL(true);
-	LockRelease(&tag, ExclusiveLock, false);
-	PG_RETURN_BOOL(false);
-}
-
-/*
- * inbox.check_key(scope text, message_id text) -> void: the argument checks
- * of inbox_claim, for the functions written in SQL.  A NULL message_id is
- * allowed when with_id is false (functions that take a scope only).
- */
-Datum
-inbox_check_key(PG_FUNCTION_ARGS)
-{
-	(void) inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	if (PG_GETARG_BOOL(2))
-		(void) inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
-	PG_RETURN_VOID();
-}
-
-/* inbox.quote(text) -> text: a caller's string made safe for a message */
-Datum
-inbox_quote_sql(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_TEXT_P(cstring_to_text(inbox_quote(PG_GETARG_TEXT_PP(0))));
-}
-
-/* inbox.count_failure(scope text) -> void: one more processing failure */
-Datum
-inbox_count_failure(PG_FUNCTION_ARGS)
-{
-	inbox_stats_count(PG_GETARG_TEXT_PP(0), INBOX_COUNT_FAILURE);
-	PG_RETURN_VOID();
+	DefineCustomIntVariable("inbox.max_attempts",
+							"Takes of a deferred message before it is dead.",
+							"A take counts as an attempt whether the worker fails it or is lost. "
+							"inbox_set_max_attempts() overrides it per scope.",
+							&max_attempts,
+							5,
+							1, 1000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
 }

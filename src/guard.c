@@ -71,6 +71,7 @@ typedef struct InboxExtension
 static bool
 read_extension(InboxExtension *ext)
 {
+	MemoryContext callercxt = CurrentMemoryContext;
 	bool		found = false;
 	bool		isnull;
 
@@ -84,9 +85,14 @@ read_extension(InboxExtension *ext)
 	{
 		ext->owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
 													SPI_tuptable->tupdesc, 1, &isnull));
-		ext->schema = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-		/* SPI_getvalue allocates in SPI's context; keep it past SPI_finish */
-		ext->schema = MemoryContextStrdup(CurrentMemoryContext, ext->schema);
+		/*
+		 * SPI_getvalue allocates in SPI's procedure context, which is also
+		 * CurrentMemoryContext here, and SPI_finish frees it: copy into the
+		 * caller's context.
+		 */
+		ext->schema = MemoryContextStrdup(callercxt,
+										  SPI_getvalue(SPI_tuptable->vals[0],
+													   SPI_tuptable->tupdesc, 2));
 		found = true;
 	}
 	SPI_finish();

@@ -17,10 +17,17 @@
 
 #include "access/detoast.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
+#include "utils/builtins.h"
 
+#include "compat.h"
 #include "inbox.h"
+#include "keys.h"
+
+PG_FUNCTION_INFO_V1(inbox_check_key);
+PG_FUNCTION_INFO_V1(inbox_quote_sql);
 
 /*
  * Size of a varlena argument without detoasting it, so that a gigabyte-long
@@ -112,10 +119,34 @@ unsafe_code_point(pg_wchar c)
 }
 
 /*
+ * The Unicode code point of the character of clen bytes at s, in the
+ * server's encoding, or -1 if it has none.  UTF-8 is decoded directly;
+ * any other encoding converts the one character to UTF-8 first, so that a
+ * C1 control in LATIN1 (byte 0x85, say) is recognised as surely as in
+ * UTF-8.  Only error messages quote, so the conversion's cost is no
+ * concern.
+ */
+static int32
+code_point(const unsigned char *s, int clen, int encoding)
+{
+	const unsigned char *utf8 = s;
+
+	if (encoding != PG_UTF8)
+	{
+		utf8 = (const unsigned char *)
+			pg_do_encoding_conversion((unsigned char *) s, clen, encoding, PG_UTF8);
+		if (utf8 == NULL)
+			return -1;
+	}
+	return (int32) utf8_to_unicode(utf8);
+}
+
+/*
  * Return a palloc'd copy of t that is safe inside double quotes in a
  * message: quotes and backslashes are escaped, and control characters
- * become \n, \r, \t, \xNN or \uNNNN.  Printable text, including non-ASCII
- * letters, is kept as it is so that operators can still grep for an id.
+ * become \n, \r, \t, \xNN or \uNNNN, whatever the server encoding.
+ * Printable text, including non-ASCII letters, is kept as it is so that
+ * operators can still grep for an id.
  */
 char *
 inbox_quote(const text *t)
@@ -169,11 +200,14 @@ inbox_quote(const text *t)
 			i++;
 			continue;
 		}
-		if (encoding == PG_UTF8 &&
-			unsafe_code_point(utf8_to_unicode(s + i)))
-			appendStringInfo(&buf, "\\u%04X", utf8_to_unicode(s + i));
-		else
-			appendBinaryStringInfo(&buf, (const char *) s + i, clen);
+		{
+			int32		cp = code_point(s + i, clen, encoding);
+
+			if (cp >= 0 && unsafe_code_point((pg_wchar) cp))
+				appendStringInfo(&buf, "\\u%04X", (unsigned int) cp);
+			else
+				appendBinaryStringInfo(&buf, (const char *) s + i, clen);
+		}
 		i += clen;
 	}
 
@@ -200,4 +234,49 @@ inbox_hex(const bytea *b)
 	}
 	*p = '\0';
 	return out;
+}
+
+/*
+ * inbox.check_key(scope text, message_id text, with_id boolean) -> void:
+ * the argument checks of inbox_claim, for the functions written in SQL.
+ * A NULL message_id is allowed when with_id is false (functions that take
+ * a scope only).
+ */
+Datum
+inbox_check_key(PG_FUNCTION_ARGS)
+{
+	(void) inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	if (PG_GETARG_BOOL(2))
+		(void) inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	PG_RETURN_VOID();
+}
+
+/* inbox.quote(text) -> text: a caller's string made safe for a message */
+Datum
+inbox_quote_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_TEXT_P(cstring_to_text(inbox_quote(PG_GETARG_TEXT_PP(0))));
+}
+
+/*
+ * inbox.limits() -> (scope_bytes, message_id_bytes, payload_hash_bytes):
+ * the limits the C code enforces, so that a test can compare them with the
+ * CHECK constraints of the tables, which must say the same.
+ */
+PG_FUNCTION_INFO_V1(inbox_limits);
+
+Datum
+inbox_limits(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	tupdesc = BlessTupleDesc(tupdesc);
+	values[0] = Int32GetDatum(INBOX_MAX_SCOPE_BYTES);
+	values[1] = Int32GetDatum(INBOX_MAX_MESSAGE_ID_BYTES);
+	values[2] = Int32GetDatum(INBOX_MAX_HASH_BYTES);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -1,9 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * purge.c
- *	  Retention: the purge steps that the background worker and the SQL
- *	  function inbox_purge() share, and the per-scope administration
- *	  functions.
+ *	  Retention: its settings, and the purge steps that the background
+ *	  worker and the SQL function inbox_purge() share.
  *
  * A purge round has two steps:
  *
@@ -14,11 +13,19 @@
  *
  * The worker runs each step in a transaction of its own (one per leaf), so
  * no snapshot and no lock outlives a batch.  inbox_purge() runs one round
- * in the caller's transaction.  Two purgers never fight: each leaf is taken
- * with pg_try_advisory_xact_lock and each scope's clock row with SKIP
- * LOCKED, so the loser skips rather than waits, and no row is deleted or
- * even examined twice.  Every statement runs under inbox.purge_lock_timeout:
- * the purge backs off instead of making claims queue behind it.
+ * in the caller's transaction, and deletes at most inbox.purge_batch_size
+ * entries in all.  The batch bounds how long a claim can wait for the
+ * purge: a claim of an expired key whose deletion is not yet committed
+ * waits for the purging transaction, as it would for any other.
+ *
+ * Two purgers never fight: each leaf is taken with a try-lock, and each
+ * scope's clock row with SKIP LOCKED, so the loser skips rather than
+ * waits, and no row is deleted or even examined twice.  The number of
+ * locks a purge holds does not grow with the number of scopes: row locks
+ * live in the rows, and the leaf locks are one per leaf, in the
+ * extension's private lock space (see inbox.h), where no application's
+ * advisory lock can stall them.  Every statement runs under
+ * inbox.purge_lock_timeout: the purge backs off rather than queue.
  *
  * All SQL goes through SPI with schema-qualified names, for the same
  * reasons as the claim (see claim.c).
@@ -29,28 +36,213 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+#include <math.h>
+
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "inbox.h"
 #include "purge.h"
 #include "stats.h"
+#include "version.h"
 
 PG_FUNCTION_INFO_V1(inbox_settings);
+PG_FUNCTION_INFO_V1(inbox_purge_1_0);
 PG_FUNCTION_INFO_V1(inbox_purge);
-PG_FUNCTION_INFO_V1(inbox_set_retention);
-PG_FUNCTION_INFO_V1(inbox_drop_scope);
-PG_FUNCTION_INFO_V1(inbox_stats_reset);
+PG_FUNCTION_INFO_V1(inbox_try_create_scopes);
 
-/* First key of the advisory locks that give one purger a leaf at a time */
-#define INBOX_PURGE_LOCK_KEY	0x696e6278	/* "inbx" */
+/*
+ * A duration setting (inbox.retention, inbox.idle_threshold), as parsed by
+ * its check hook: the GUC "extra" that its assign hook installs.
+ */
+typedef struct DurationSetting
+{
+	int			seconds;
+	bool		valid;			/* false: a value found unparsable at load */
+} DurationSetting;
+
+/* The strings as set, and what they mean */
+static char *retention_string = NULL;
+static char *idle_threshold_string = NULL;
+static DurationSetting retention = {7 * 24 * 3600, true};
+static DurationSetting idle_threshold = {3600, true};
+
+static int	purge_batch_size = 10000;
+static int	purge_lock_timeout = 200;	/* milliseconds */
+
+/*
+ * Parse a duration in seconds: a number with an optional unit, as integer
+ * settings take it ("7d", "36h", "604800"), or interval syntax, as users
+ * write it elsewhere ("30 days", "1 week 2 days", "P30D").  False if value
+ * is neither, or outside 1 second .. INT_MAX seconds.
+ */
+static bool
+parse_duration(const char *value, int *seconds)
+{
+	int			result;
+	char		workbuf[256];
+	char	   *field[MAXDATEFIELDS];
+	int			ftype[MAXDATEFIELDS];
+	int			nf;
+	int			dtype;
+	struct pg_itm_in itm_in;
+	Interval	interval;
+	double		total;
+
+	if (parse_int(value, &result, GUC_UNIT_S, NULL))
+	{
+		if (result < 1)
+			return false;
+		*seconds = result;
+		return true;
+	}
+
+	/* The steps of interval_in, without its errors */
+	if (ParseDateTime(value, workbuf, sizeof(workbuf), field, ftype,
+					  MAXDATEFIELDS, &nf) != 0 ||
+		DecodeInterval(field, ftype, nf, INTERVAL_FULL_RANGE, &dtype, &itm_in) != 0)
+	{
+		if (DecodeISO8601Interval(unconstify(char *, value), &dtype, &itm_in) != 0)
+			return false;
+	}
+	if (dtype != DTK_DELTA || itmin2interval(&itm_in, &interval) != 0)
+		return false;
+
+	/* Seconds as extract(epoch FROM interval) counts them */
+	total = (double) interval.month * (DAYS_PER_YEAR / MONTHS_PER_YEAR) * SECS_PER_DAY +
+		(double) interval.day * SECS_PER_DAY +
+		(double) interval.time / USECS_PER_SEC;
+	if (!(total >= 1.0 && total <= (double) INBOX_MAX_RETENTION_SECONDS))
+		return false;
+	*seconds = (int) floor(total);
+	return true;
+}
+
+/*
+ * Check hook of both duration settings.
+ *
+ * A value someone SETs, or that ALTER SYSTEM, ALTER DATABASE or ALTER ROLE
+ * validates, is refused if it does not parse.  But a value already stored
+ * in a database's or role's settings, or in the configuration file, before
+ * this library was loaded, arrives here only when the library loads, and
+ * refusing it then would only warn and leave the default in force: a
+ * retention of 7 days where '30 days' was meant purges entries 23 days
+ * early.  So such a value is taken, marked invalid, and the purge refuses
+ * to run while it is in force (see duration_seconds).
+ */
+static bool
+check_duration(char **newval, void **extra, GucSource source)
+{
+	DurationSetting *parsed = inbox_guc_malloc(sizeof(DurationSetting));
+
+	if (parsed == NULL)
+		return false;
+	parsed->valid = parse_duration(*newval, &parsed->seconds);
+	if (!parsed->valid && source >= PGC_S_INTERACTIVE)
+	{
+		inbox_guc_free(parsed);
+		GUC_check_errdetail("A duration is a number of seconds with an optional unit (\"7d\", \"36h\"), "
+							"or an interval (\"30 days\"), from 1 second to %d seconds.",
+							INBOX_MAX_RETENTION_SECONDS);
+		return false;
+	}
+	*extra = parsed;
+	return true;
+}
+
+static void
+assign_retention(const char *newval, void *extra)
+{
+	retention = *(DurationSetting *) extra;
+}
+
+static void
+assign_idle_threshold(const char *newval, void *extra)
+{
+	idle_threshold = *(DurationSetting *) extra;
+}
+
+/*
+ * The retention settings.  They are PGC_SUSET so that they can be set per
+ * database (ALTER DATABASE) as well as for the cluster (ALTER SYSTEM); each
+ * purge pass runs in a fresh connection, so it sees both.
+ */
+void
+purge_init(void)
+{
+	DefineCustomStringVariable("inbox.retention",
+							   "How long a scope must have been active before its entries are purged.",
+							   "Seconds with an optional unit (\"7d\"), or an interval (\"30 days\"). "
+							   "Active time excludes pauses: see inbox.idle_threshold. "
+							   "inbox_set_retention() overrides it per scope.",
+							   &retention_string,
+							   "7d",
+							   PGC_SUSET,
+							   0,
+							   check_duration, assign_retention, NULL);
+
+	DefineCustomStringVariable("inbox.idle_threshold",
+							   "Silence after which a scope's retention clock pauses.",
+							   "The clock keeps running this long after a scope's last new claim, "
+							   "then stops until the next new claim.",
+							   &idle_threshold_string,
+							   "1h",
+							   PGC_SUSET,
+							   0,
+							   check_duration, assign_idle_threshold, NULL);
+
+	DefineCustomIntVariable("inbox.purge_batch_size",
+							"Most entries one purge transaction deletes.",
+							"Per leaf in each of the worker's transactions, and in all per inbox_purge() call. "
+							"A claim of an expired key may wait for one batch.",
+							&purge_batch_size,
+							10000,
+							1, 1000000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("inbox.purge_lock_timeout",
+							"Longest time a purge statement waits for a lock before it gives up.",
+							"The purge backs off rather than queue behind the application. Keep it "
+							"below deadlock_timeout, so that in a lock cycle with DDL (DROP "
+							"EXTENSION, say) the purge gives up before the DDL is chosen as victim.",
+							&purge_lock_timeout,
+							200,
+							1, 600000,
+							PGC_SUSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/*
+ * The seconds a duration setting means, or an error if it holds a value
+ * that was found unparsable when the library loaded.
+ */
+static int
+duration_seconds(const char *name, const char *value, const DurationSetting *setting)
+{
+	if (!setting->valid)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid value for parameter \"%s\": \"%s\"", name, value),
+				 errdetail("The purge does not run while it is in force: falling back to the default "
+						   "could purge entries that a redelivery still needs."),
+				 errhint("Set it to a number of seconds with an optional unit (\"7d\") or an interval "
+						 "(\"30 days\"), where it was set: ALTER DATABASE, ALTER ROLE or ALTER SYSTEM.")));
+	return setting->seconds;
+}
 
 static Interval *
 seconds_interval(int seconds)
@@ -70,7 +262,8 @@ spi_check(int rc, int expected, const char *what)
 
 /*
  * inbox.settings() -> (retention interval, idle_threshold interval,
- * batch_size integer): the settings in force for this session.
+ * batch_size integer): the settings in force for this session.  A NULL
+ * duration is one that holds a value found unparsable at load.
  */
 Datum
 inbox_settings(PG_FUNCTION_ARGS)
@@ -82,9 +275,12 @@ inbox_settings(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	tupdesc = BlessTupleDesc(tupdesc);
-	values[0] = IntervalPGetDatum(seconds_interval(inbox_retention));
-	values[1] = IntervalPGetDatum(seconds_interval(inbox_idle_threshold));
-	values[2] = Int32GetDatum(inbox_purge_batch_size);
+	/* An unparsable setting holds every clock (see check_duration) */
+	values[0] = IntervalPGetDatum(seconds_interval(retention.seconds));
+	nulls[0] = !retention.valid;
+	values[1] = IntervalPGetDatum(seconds_interval(idle_threshold.seconds));
+	nulls[1] = !idle_threshold.valid;
+	values[2] = Int32GetDatum(purge_batch_size);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
@@ -98,7 +294,7 @@ inbox_purge_set_lock_timeout(GucAction action)
 {
 	char		value[32];
 
-	snprintf(value, sizeof(value), "%d", inbox_purge_lock_timeout);
+	snprintf(value, sizeof(value), "%d", purge_lock_timeout);
 	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
 							 action, true, 0, false);
 }
@@ -115,8 +311,12 @@ inbox_purge_observe(MemoryContext cxt)
 	List	   *targets = NIL;
 	uint64		i;
 
-	values[0] = IntervalPGetDatum(seconds_interval(inbox_retention));
-	values[1] = IntervalPGetDatum(seconds_interval(inbox_idle_threshold));
+	values[0] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.retention",
+																	 retention_string,
+																	 &retention)));
+	values[1] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.idle_threshold",
+																	 idle_threshold_string,
+																	 &idle_threshold)));
 	spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
 									"FROM inbox.scope_list() AS s",
 									2, types, values, NULL, false, 0),
@@ -179,26 +379,21 @@ inbox_purge_leaves(MemoryContext cxt)
  * reached, so that more may remain.  A leaf that another purger holds is
  * skipped (0 rows, *more false): that purger is doing the work.
  */
-int64
+static int64
 inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
 {
-	Oid			locktypes[2] = {INT4OID, INT4OID};
-	Datum		lockargs[2];
+	LOCKTAG		tag;
 	bool		isnull;
 	int64		total = 0;
 	ListCell   *lc;
 
 	*more = false;
-	if (targets == NIL)
+	if (targets == NIL || limit <= 0)
 		return 0;
 
-	lockargs[0] = Int32GetDatum(INBOX_PURGE_LOCK_KEY);
-	lockargs[1] = Int32GetDatum((int32) leaf);
-	spi_check(SPI_execute_with_args("SELECT pg_catalog.pg_try_advisory_xact_lock($1, $2)",
-									2, locktypes, lockargs, NULL, false, 1),
-			  SPI_OK_SELECT, "pg_try_advisory_xact_lock");
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-									1, &isnull)))
+	/* Held to the end of the transaction, like pg_try_advisory_xact_lock */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, leaf, 0, INBOX_LOCKSPACE_PURGE);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return 0;
 
 	foreach(lc, targets)
@@ -229,13 +424,15 @@ inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
 }
 
 /*
- * inbox_purge() -> bigint: one purge round in the caller's transaction (at
- * most inbox.purge_batch_size rows per leaf), for servers that cannot run
- * the background worker.  Returns the rows purged; call it again, in a new
- * transaction, while it returns a positive number to drain a backlog.
+ * inbox_purge() -> bigint: one purge round in the caller's transaction, for
+ * servers that cannot run the background worker.  It deletes at most
+ * inbox.purge_batch_size entries in all, so that a claim waiting for one
+ * of them waits for one batch at most.  Returns the rows purged; call it
+ * again, in a new transaction, while it returns a positive number to drain
+ * a backlog.
  */
-Datum
-inbox_purge(PG_FUNCTION_ARGS)
+static int64
+purge_round(void)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "inbox_purge",
@@ -259,111 +456,53 @@ inbox_purge(PG_FUNCTION_ARGS)
 		bool		more;
 
 		total += inbox_purge_leaf(lfirst_oid(lc), targets,
-								  inbox_purge_batch_size, &more);
+								  purge_batch_size - (int) total, &more);
+		if (total >= purge_batch_size)
+			break;
 	}
 
 	AtEOXact_GUC(true, nestlevel);
 	SPI_finish();
 	MemoryContextDelete(cxt);
-	PG_RETURN_INT64(total);
+	return total;
+}
+
+Datum
+inbox_purge_1_0(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(purge_round());
+}
+
+Datum
+inbox_purge(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	PG_RETURN_INT64(purge_round());
 }
 
 /*
- * inbox_set_retention(scope text, retention interval) -> void: override
- * inbox.retention for one scope; NULL goes back to the setting.
+ * One round of the worker for one leaf: at most inbox.purge_batch_size
+ * entries.  *more says whether the batch was full, so that more may remain.
  */
-Datum
-inbox_set_retention(PG_FUNCTION_ARGS)
+int64
+inbox_purge_leaf_batch(Oid leaf, List *targets, bool *more)
 {
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	Oid			types[2] = {TEXTOID, INTERVALOID};
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-
-	values[0] = PointerGetDatum(scope);
-	if (PG_ARGISNULL(1))
-	{
-		values[1] = (Datum) 0;
-		nulls[1] = 'n';
-	}
-	else
-	{
-		Interval   *retention = PG_GETARG_INTERVAL_P(1);
-		Interval   *zero = palloc0(sizeof(Interval));
-
-		if (DatumGetBool(DirectFunctionCall2(interval_le,
-											 IntervalPGetDatum(retention),
-											 IntervalPGetDatum(zero))))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("retention must be positive"),
-					 errdetail("The retention given for scope \"%s\" is %s.",
-							   inbox_quote(scope),
-							   DatumGetCString(DirectFunctionCall1(interval_out,
-																   IntervalPGetDatum(retention)))),
-					 errhint("Pass NULL to go back to inbox.retention.")));
-		values[1] = IntervalPGetDatum(retention);
-	}
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	spi_check(SPI_execute_with_args("INSERT INTO inbox.scopes (scope, retention) VALUES ($1, $2) "
-									"ON CONFLICT (scope) DO UPDATE SET retention = EXCLUDED.retention",
-									2, types, values, nulls, false, 0),
-			  SPI_OK_INSERT, "inbox_set_retention");
-	SPI_finish();
-	PG_RETURN_VOID();
+	return inbox_purge_leaf(leaf, targets, purge_batch_size, more);
 }
 
 /*
- * inbox_drop_scope(scope text) -> bigint: remove a scope that will never be
- * used again: all its entries, its retention settings and its counters.
- * Returns the number of entries removed.
+ * inbox.try_create_scopes() -> boolean: may this transaction add new
+ * scopes to inbox.scopes?  One purger at a time does, so that no purger
+ * ever waits for another's uncommitted insert of the same scope; the
+ * others leave new scopes to the next round.  One lock per transaction,
+ * whatever the number of scopes.
  */
 Datum
-inbox_drop_scope(PG_FUNCTION_ARGS)
+inbox_try_create_scopes(PG_FUNCTION_ARGS)
 {
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	int64		removed;
+	LOCKTAG		tag;
 
-	values[0] = PointerGetDatum(scope);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	spi_check(SPI_execute_with_args("DELETE FROM inbox.entries "
-									"WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\"",
-									1, types, values, NULL, false, 0),
-			  SPI_OK_DELETE, "inbox_drop_scope");
-	removed = (int64) SPI_processed;
-	spi_check(SPI_execute_with_args("DELETE FROM inbox.scopes "
-									"WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\"",
-									1, types, values, NULL, false, 0),
-			  SPI_OK_DELETE, "inbox_drop_scope");
-	SPI_finish();
-
-	inbox_stats_forget(MyDatabaseId, text_to_cstring(scope));
-	PG_RETURN_INT64(removed);
-}
-
-/*
- * inbox_stats_reset() -> void: zero this database's counters, and recount
- * exactly the entries retained per scope (the purge keeps that number up
- * to date incrementally, which can undercount claims that committed long
- * after they started).
- */
-Datum
-inbox_stats_reset(PG_FUNCTION_ARGS)
-{
-	inbox_stats_forget(MyDatabaseId, NULL);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	spi_check(SPI_execute("UPDATE inbox.scopes AS s SET retained = "
-						  "(SELECT pg_catalog.count(*) FROM inbox.entries AS e "
-						  " WHERE e.scope OPERATOR(pg_catalog.=) s.scope)",
-						  false, 0),
-			  SPI_OK_UPDATE, "inbox_stats_reset");
-	SPI_finish();
-	PG_RETURN_VOID();
+	/* Leaf OIDs are never 0, so this tag is nobody else's */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, INBOX_LOCKSPACE_PURGE);
+	PG_RETURN_BOOL(LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL);
 }

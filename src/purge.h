@@ -22,10 +22,12 @@ typedef struct PurgeTarget
 	TimestampTz cutoff;
 } PurgeTarget;
 
+extern void purge_init(void);
+
 /* Callers hold an SPI connection and a snapshot for each of these */
 extern List *inbox_purge_observe(MemoryContext cxt);
 extern List *inbox_purge_leaves(MemoryContext cxt);
-extern int64 inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more);
+extern int64 inbox_purge_leaf_batch(Oid leaf, List *targets, bool *more);
 extern void inbox_purge_set_lock_timeout(GucAction action);
 
 #endif							/* INBOX_PURGE_H */

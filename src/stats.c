@@ -6,7 +6,12 @@
  *
  * Counters live in a shared hash keyed by (database, scope), sized by
  * inbox.max_scopes at server start, so they exist only when the library
- * is in shared_preload_libraries.  Lookups take the lock in shared mode
+ * is in shared_preload_libraries.  The hash is fixed-size: inbox.max_scopes
+ * is a hard limit, and a scope beyond it is simply not counted, rather
+ * than eating the shared memory that the lock table and others grow into.
+ * Counters of a dropped scope go with inbox_drop_scope; those of dropped
+ * databases, and of databases where the extension was dropped, are
+ * reclaimed by the retention launcher's next pass.  Lookups take the lock in shared mode
  * and bump pg_atomic counters, so concurrent claims of one scope never
  * queue behind each other; only a scope's first count, and removals, take
  * it exclusively.  Nothing is written to disk: the counters start from
@@ -32,6 +37,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -40,8 +46,15 @@
 #include "compat.h"
 #include "inbox.h"
 #include "stats.h"
+#include "version.h"
 
+PG_FUNCTION_INFO_V1(inbox_counters_1_0);
 PG_FUNCTION_INFO_V1(inbox_counters);
+PG_FUNCTION_INFO_V1(inbox_count_failure);
+PG_FUNCTION_INFO_V1(inbox_forget_counters);
+
+/* inbox.max_scopes: the (database, scope) pairs counted */
+static int	max_scopes = 1000;
 
 typedef struct InboxStatsKey
 {
@@ -68,9 +81,7 @@ typedef struct InboxSharedState
 static InboxSharedState *inbox_shared = NULL;
 static HTAB *inbox_stats_hash = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /*
@@ -94,16 +105,14 @@ static Size
 stats_shmem_size(void)
 {
 	return add_size(MAXALIGN(sizeof(InboxSharedState)),
-					hash_estimate_size(inbox_max_scopes, sizeof(InboxStatsEntry)));
+					hash_estimate_size(max_scopes, sizeof(InboxStatsEntry)));
 }
 
 static void
 stats_shmem_request(void)
 {
-#if PG_VERSION_NUM >= 150000
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(stats_shmem_size());
 	RequestNamedLWLockTranche("inbox", 1);
 }
@@ -126,21 +135,33 @@ stats_shmem_startup(void)
 	info.keysize = sizeof(InboxStatsKey);
 	info.entrysize = sizeof(InboxStatsEntry);
 	inbox_stats_hash = ShmemInitHash("inbox scope counters",
-									 inbox_max_scopes, inbox_max_scopes,
-									 &info, HASH_ELEM | HASH_BLOBS);
+									 max_scopes, max_scopes,
+									 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Called from _PG_init while shared_preload_libraries is processed */
+/*
+ * The counters exist only with the preload: shared memory is sized at
+ * server start, and so is inbox.max_scopes, which is defined only then.
+ */
 void
-inbox_stats_init(void)
+stats_init(void)
 {
-#if PG_VERSION_NUM >= 150000
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomIntVariable("inbox.max_scopes",
+							"Most (database, scope) pairs the shared-memory counters track.",
+							"Scopes beyond it are still claimed and purged, but not counted.",
+							&max_scopes,
+							1000,
+							100, 1000000,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = stats_shmem_request;
-#else
-	stats_shmem_request();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = stats_shmem_startup;
 }
@@ -344,23 +365,52 @@ inbox_stats_forget(Oid dbid, const char *scope)
 }
 
 /*
- * inbox.counters() -> SETOF (scope, claims, duplicates, mismatches, purged,
- * last_purge[, failures]) for the current database.  No rows without the
- * preload.  The failures column exists from version 0.3.0 of the SQL
- * objects on; a database not yet updated declares six columns, so the
- * tuple follows the declared descriptor.
+ * Remove the counters of every database not among dbids.  The launcher
+ * passes the databases that exist, so the counters of dropped databases
+ * go.
  */
-Datum
-inbox_counters(PG_FUNCTION_ARGS)
+void
+inbox_stats_keep_databases(const Oid *dbids, int ndbids)
+{
+	HASH_SEQ_STATUS status;
+	InboxStatsEntry *entry;
+
+	if (inbox_stats_hash == NULL)
+		return;
+
+	LWLockAcquire(inbox_shared->lock, LW_EXCLUSIVE);
+	hash_seq_init(&status, inbox_stats_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		bool		kept = false;
+		int			i;
+
+		for (i = 0; i < ndbids && !kept; i++)
+			kept = (dbids[i] == entry->key.dbid);
+		if (!kept)
+			hash_search(inbox_stats_hash, &entry->key, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(inbox_shared->lock);
+}
+
+/*
+ * The scope counters of the current database, in the caller's result set.
+ * The SQL of 1.0.0 declares seven columns (scope, claims, duplicates,
+ * mismatches, purged, last_purge, failures); so did 0.3.0 and 0.4.0.
+ */
+static void
+counters(FunctionCallInfo fcinfo)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HASH_SEQ_STATUS status;
 	InboxStatsEntry *entry;
 
 	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 7)
+		elog(ERROR, "inbox counters: the function must return 7 columns");
 
 	if (inbox_stats_hash == NULL)
-		return (Datum) 0;
+		return;
 
 	LWLockAcquire(inbox_shared->lock, LW_SHARED);
 	hash_seq_init(&status, inbox_stats_hash);
@@ -381,10 +431,44 @@ inbox_counters(PG_FUNCTION_ARGS)
 		values[5] = TimestampTzGetDatum((TimestampTz) last);
 		nulls[5] = (last == 0);
 		values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->failures));
-		Assert(rsinfo->setDesc->natts <= 7);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(inbox_shared->lock);
+}
 
+/* inbox.scope_counters() -> SETOF (scope, claims, ..., failures) */
+Datum
+inbox_counters_1_0(PG_FUNCTION_ARGS)
+{
+	counters(fcinfo);
 	return (Datum) 0;
+}
+
+Datum
+inbox_counters(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	counters(fcinfo);
+	return (Datum) 0;
+}
+
+/* inbox.count_failure(scope text) -> void: one more processing failure */
+Datum
+inbox_count_failure(PG_FUNCTION_ARGS)
+{
+	inbox_stats_count(PG_GETARG_TEXT_PP(0), INBOX_COUNT_FAILURE);
+	PG_RETURN_VOID();
+}
+
+/*
+ * inbox.forget_counters(scope text) -> void: drop the counters of one scope
+ * of this database, or of all its scopes when scope is NULL
+ * (inbox_drop_scope, inbox_stats_reset).
+ */
+Datum
+inbox_forget_counters(PG_FUNCTION_ARGS)
+{
+	inbox_stats_forget(MyDatabaseId,
+					   PG_ARGISNULL(0) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(0)));
+	PG_RETURN_VOID();
 }

@@ -19,9 +19,10 @@ typedef enum InboxCounter
 	INBOX_COUNT_PURGED			/* only through inbox_stats_purged() */
 } InboxCounter;
 
-extern void inbox_stats_init(void);
+extern void stats_init(void);
 extern void inbox_stats_count(const text *scope, InboxCounter which);
 extern void inbox_stats_purged(const char *scope, int64 rows);
 extern void inbox_stats_forget(Oid dbid, const char *scope);
+extern void inbox_stats_keep_databases(const Oid *dbids, int ndbids);
 
 #endif							/* INBOX_STATS_H */

@@ -43,6 +43,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -61,7 +62,13 @@
 
 #include "inbox.h"
 #include "purge.h"
+#include "stats.h"
+#include "version.h"
 #include "worker.h"
+
+/* inbox.purge_naptime, in seconds, and inbox.purge_enabled */
+static int	purge_naptime = 10;
+static bool purge_enabled = true;
 
 /* The launcher comes back this long after a crash or a SIGTERM */
 #define LAUNCHER_RESTART_SECONDS	10
@@ -101,11 +108,37 @@ init_worker(BackgroundWorker *worker, const char *function, const char *type)
 	strlcpy(worker->bgw_type, type, BGW_MAXLEN);
 }
 
-/* Register the launcher; called from _PG_init at preload */
+/*
+ * The worker's settings, and the launcher.  The settings exist without the
+ * preload too, so that ALTER DATABASE ... SET inbox.purge_enabled is
+ * checked wherever it is set; only the preload starts the launcher.
+ */
 void
-inbox_worker_init(void)
+worker_init(void)
 {
 	BackgroundWorker worker;
+
+	DefineCustomIntVariable("inbox.purge_naptime",
+							"Time between two purge passes over every database.",
+							NULL,
+							&purge_naptime,
+							10,
+							1, 24 * 3600,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("inbox.purge_enabled",
+							 "Whether the background worker purges expired entries.",
+							 "inbox_purge() works whatever this says.",
+							 &purge_enabled,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 
 	init_worker(&worker, "inbox_launcher_main", "inbox launcher");
 	worker.bgw_restart_time = LAUNCHER_RESTART_SECONDS;
@@ -201,6 +234,20 @@ run_purge_worker(PurgeDatabase *db)
 	pfree(handle);
 }
 
+/* The counters of databases that no longer exist are freed */
+static void
+forget_dropped_databases(List *dbs)
+{
+	Oid		   *oids = palloc(sizeof(Oid) * Max(list_length(dbs), 1));
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, dbs)
+		oids[n++] = ((PurgeDatabase *) lfirst(lc))->oid;
+	inbox_stats_keep_databases(oids, n);
+	pfree(oids);
+}
+
 void
 inbox_launcher_main(Datum main_arg)
 {
@@ -225,6 +272,7 @@ inbox_launcher_main(Datum main_arg)
 
 		MemoryContextReset(cxt);
 		dbs = database_list(cxt);
+		forget_dropped_databases(dbs);
 		foreach(lc, dbs)
 		{
 			CHECK_FOR_INTERRUPTS();
@@ -253,7 +301,7 @@ inbox_launcher_main(Datum main_arg)
 			}
 			timeout = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
 													  TimestampTzPlusMilliseconds(pass_start,
-																				  inbox_purge_naptime * 1000L));
+																				  purge_naptime * 1000L));
 			if (timeout <= 0)
 				break;
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -263,16 +311,33 @@ inbox_launcher_main(Datum main_arg)
 	}
 }
 
-/* Is the extension installed here, at a version that has retention? */
+/*
+ * Is the extension installed here, at a version this library purges?  Its
+ * counters are reclaimed where it is not installed (any more).  The
+ * version is read from pg_extension: a database left at a version this
+ * library does not serve is said so in the log, and not purged until
+ * ALTER EXTENSION inbox UPDATE.
+ */
 static bool
 extension_ready(void)
 {
+	char	   *version;
 	bool		ready;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	ready = OidIsValid(get_extension_oid("inbox", true)) &&
-		OidIsValid(inbox_relid("scopes"));
+	version = inbox_sql_version();
+	ready = version != NULL &&
+		(strcmp(version, INBOX_LIBRARY_VERSION) == 0 ||
+		 strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0);
+	if (version == NULL)
+		inbox_stats_forget(MyDatabaseId, NULL);
+	else if (!ready)
+		ereport(LOG,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("inbox purge skips database \"%s\": library %s cannot serve version %s of extension inbox",
+						get_database_name(MyDatabaseId), INBOX_LIBRARY_VERSION, version),
+				 errhint("Run ALTER EXTENSION inbox UPDATE in that database.")));
 	CommitTransactionCommand();
 	return ready;
 }
@@ -312,8 +377,7 @@ step_purge_leaf(PurgeRound *round)
 {
 	round->dropping = database_being_dropped();
 	if (!round->dropping)
-		(void) inbox_purge_leaf(round->leaf, round->targets,
-								inbox_purge_batch_size, &round->more);
+		(void) inbox_purge_leaf_batch(round->leaf, round->targets, &round->more);
 }
 
 /*
@@ -386,7 +450,7 @@ inbox_purge_main(Datum main_arg)
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
-	if (!inbox_purge_enabled || !extension_ready())
+	if (!extension_ready() || !purge_enabled)
 		proc_exit(0);
 
 	memset(&round, 0, sizeof(round));
@@ -413,7 +477,7 @@ inbox_purge_main(Datum main_arg)
 			{
 				ConfigReloadPending = false;
 				ProcessConfigFile(PGC_SIGHUP);
-				if (!inbox_purge_enabled)
+				if (!purge_enabled)
 					proc_exit(0);
 			}
 

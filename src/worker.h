@@ -10,7 +10,7 @@
 #ifndef INBOX_WORKER_H
 #define INBOX_WORKER_H
 
-extern void inbox_worker_init(void);
+extern void worker_init(void);
 
 extern PGDLLEXPORT void inbox_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void inbox_purge_main(Datum main_arg);

@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.h
+ *	  Checks on the arguments every API function shares (keys and payload
+ *	  hashes), and safe quoting of caller strings in messages.
+ *
+ * src/keys.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_KEYS_H
+#define INBOX_KEYS_H
+
+#include "fmgr.h"
+
+extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,
+						   const char *argname, int maxbytes);
+extern bytea *inbox_hash_arg(FunctionCallInfo fcinfo, int argno);
+extern char *inbox_quote(const text *t);
+extern char *inbox_hex(const bytea *b);
+
+#endif							/* INBOX_KEYS_H */
