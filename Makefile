@@ -26,13 +26,20 @@ OBJS = \
 	src/admin.o \
 	src/guard.o
 
-DATA = $(wildcard sql/inbox--*.sql)
+# sql/inbox.sql is the one hand-written definition of the current version;
+# the build copies it to the versioned name CREATE EXTENSION looks for (git
+# ignores the copy).  The upgrade scripts beside it are written literally.
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(wildcard sql/inbox--*--*.sql)) sql/inbox--0.1.0.sql
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
+	cp $< $@
 
 # -Wno-unused-parameter: PostgreSQL's own headers (bufpage.h) trip it.
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim errors status security settings retention deferred drop
+REGRESS = setup claim errors status security settings retention deferred limits drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/

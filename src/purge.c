@@ -78,6 +78,9 @@ static char *idle_threshold_string = NULL;
 static DurationSetting retention = {7 * 24 * 3600, true};
 static DurationSetting idle_threshold = {3600, true};
 
+/* True while purge_init defines the settings, see check_duration */
+static bool defining = false;
+
 static int	purge_batch_size = 10000;
 static int	purge_lock_timeout = 200;	/* milliseconds */
 
@@ -132,14 +135,22 @@ parse_duration(const char *value, int *seconds)
 /*
  * Check hook of both duration settings.
  *
- * A value someone SETs, or that ALTER SYSTEM, ALTER DATABASE or ALTER ROLE
- * validates, is refused if it does not parse.  But a value already stored
- * in a database's or role's settings, or in the configuration file, before
- * this library was loaded, arrives here only when the library loads, and
- * refusing it then would only warn and leave the default in force: a
- * retention of 7 days where '30 days' was meant purges entries 23 days
- * early.  So such a value is taken, marked invalid, and the purge refuses
- * to run while it is in force (see duration_seconds).
+ * A value that someone SETs, or that ALTER SYSTEM, ALTER DATABASE or ALTER
+ * ROLE validates, or that the configuration file holds, is refused if it
+ * does not parse: that is said at once, where it is set.  But two kinds of
+ * value reach this hook only after they were stored, and refusing them
+ * would only log a warning and leave the default in force, so that a
+ * retention of 7 days where '30 days' was meant would purge entries 23
+ * days early:
+ *
+ *	- a value set before this library was loaded (ALTER DATABASE ... SET
+ *	  without the preload), which PostgreSQL applies again while
+ *	  purge_init defines the setting;
+ *	- a value stored by ALTER DATABASE or ALTER ROLE (or given by the
+ *	  client at connection), applied when a session starts.
+ *
+ * Such a value is taken, marked invalid, and the purge refuses to run
+ * while it is in force (see duration_seconds).
  */
 static bool
 check_duration(char **newval, void **extra, GucSource source)
@@ -149,7 +160,8 @@ check_duration(char **newval, void **extra, GucSource source)
 	if (parsed == NULL)
 		return false;
 	parsed->valid = parse_duration(*newval, &parsed->seconds);
-	if (!parsed->valid && source >= PGC_S_INTERACTIVE)
+	if (!parsed->valid && !defining &&
+		!(source >= PGC_S_GLOBAL && source <= PGC_S_CLIENT))
 	{
 		inbox_guc_free(parsed);
 		GUC_check_errdetail("A duration is a number of seconds with an optional unit (\"7d\", \"36h\"), "
@@ -181,6 +193,7 @@ assign_idle_threshold(const char *newval, void *extra)
 void
 purge_init(void)
 {
+	defining = true;
 	DefineCustomStringVariable("inbox.retention",
 							   "How long a scope must have been active before its entries are purged.",
 							   "Seconds with an optional unit (\"7d\"), or an interval (\"30 days\"). "
@@ -201,6 +214,7 @@ purge_init(void)
 							   PGC_SUSET,
 							   0,
 							   check_duration, assign_idle_threshold, NULL);
+	defining = false;
 
 	DefineCustomIntVariable("inbox.purge_batch_size",
 							"Most entries one purge transaction deletes.",

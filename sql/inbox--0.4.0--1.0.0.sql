@@ -1,0 +1,413 @@
+/* sql/inbox--0.4.0--1.0.0.sql */
+
+-- complain if the script is sourced in psql rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION inbox UPDATE TO '1.0.0'" to load this file. \quit
+
+/*
+ * 0.4.0 to 1.0.0.  Every statement here is literal, and leaves the
+ * database as sql/inbox.sql creates it (test/t/005 compares the two).
+ * Every entry, setting and grant is kept.
+ */
+
+/*
+ * A per-scope retention is bounded like inbox.retention.  A longer one,
+ * which 0.4.0 accepted, made every purge fail; it becomes the longest
+ * allowed, which keeps at least as much as any real broker can redeliver.
+ */
+UPDATE inbox.scopes
+   SET retention = interval '2147483647 seconds'
+ WHERE retention OPERATOR(pg_catalog.>) interval '2147483647 seconds';
+ALTER TABLE inbox.scopes
+	DROP CONSTRAINT scopes_retention_positive,
+	ADD CONSTRAINT scopes_retention_range
+		CHECK (retention OPERATOR(pg_catalog.>) '0'::interval
+			   AND retention OPERATOR(pg_catalog.<=) '2147483647 seconds'::interval);
+
+/*
+ * Scope grants name their role, instead of holding its OID: pg_dump then
+ * writes a name that a restore cannot fail on, and that never attaches to
+ * another role holding the same OID elsewhere.  A grant whose role was
+ * dropped gets a name no role has, and keeps its scope closed.  The view
+ * over the column is set aside while its type changes, in place, so that
+ * its grants stay.
+ */
+CREATE OR REPLACE VIEW @extschema@.inbox_grants AS
+	SELECT g.scope, NULL::pg_catalog.regrole AS grantee, g.granted_at
+	  FROM inbox.scope_grants AS g;
+ALTER TABLE inbox.scope_grants
+	ALTER COLUMN grantee TYPE text COLLATE "C"
+		USING pg_catalog.pg_get_userbyid(grantee::pg_catalog.oid),
+	ADD CONSTRAINT scope_grants_grantee_check
+		CHECK (pg_catalog.octet_length(grantee) BETWEEN 1 AND 63);
+
+
+/*
+ * The C functions that touch the tables bind the symbols of 1.0.0, so that
+ * this library (and the next) can tell which SQL calls them.
+ */
+CREATE OR REPLACE FUNCTION inbox.inbox_claim(scope text, message_id text,
+								  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_claim_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION inbox.inbox_status(scope text, message_id text,
+								   OUT received_at timestamptz,
+								   OUT payload_hash bytea,
+								   OUT state text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_status_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 1;
+CREATE OR REPLACE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
+									 OUT mismatches bigint, OUT purged bigint,
+									 OUT last_purge timestamptz, OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION @extschema@.inbox_purge()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_purge_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+-- New internal functions
+CREATE FUNCTION inbox.limits(OUT scope_bytes integer, OUT message_id_bytes integer,
+							 OUT payload_hash_bytes integer)
+AS 'MODULE_PATHNAME', 'inbox_limits'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION inbox.forget_counters(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION inbox.try_create_scopes()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_try_create_scopes'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
+
+/*
+ * The purge: a bounded number of locks whatever the number of scopes, none
+ * in the applications' advisory-lock space, and a retention clamped in the
+ * arithmetic.
+ */
+CREATE OR REPLACE FUNCTION inbox.cutoff(now_ts timestamptz, latest timestamptz,
+							 pauses pg_catalog.tstzrange[], retention interval,
+							 idle interval)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	retention_s double precision := least(extract(epoch FROM retention), 2147483647);
+	remaining double precision := retention_s;
+	idle_s double precision := extract(epoch FROM idle);
+	t double precision := extract(epoch FROM now_ts);
+	p record;
+BEGIN
+	IF latest IS NULL THEN
+		RETURN NULL;
+	END IF;
+
+	/*
+	 * Walk back from now through the stretches of active time, skipping
+	 * the paused part of each gap (all of it but its first idle_s
+	 * seconds), until the retention is used up.  The current silence, if
+	 * longer than the threshold, is a pause too.
+	 */
+	FOR p IN
+		SELECT extract(epoch FROM lower(g)) + idle_s AS paused_from,
+			   extract(epoch FROM upper(g)) AS paused_until
+		FROM unnest(pauses) AS g
+		WHERE extract(epoch FROM upper(g) - lower(g)) > idle_s
+		UNION ALL
+		SELECT extract(epoch FROM latest) + idle_s, extract(epoch FROM now_ts)
+		WHERE extract(epoch FROM now_ts - latest) > idle_s
+		ORDER BY paused_until DESC
+	LOOP
+		IF p.paused_until < t THEN
+			IF t - p.paused_until >= remaining THEN
+				EXIT;
+			END IF;
+			remaining := remaining - (t - p.paused_until);
+		END IF;
+		t := least(t, p.paused_from);
+	END LOOP;
+	t := t - remaining;
+
+	/*
+	 * After a pause longer than the retention, keep everything from before
+	 * it until the scope has been active for the retention since it ended,
+	 * that is until the cutoff has moved past its end.
+	 */
+	IF EXISTS (SELECT FROM unnest(pauses) AS g
+			   WHERE extract(epoch FROM upper(g) - lower(g)) > retention_s
+				 AND extract(epoch FROM upper(g)) > t) THEN
+		RETURN NULL;
+	END IF;
+
+	RETURN to_timestamp(t);
+END
+$$;
+CREATE OR REPLACE FUNCTION inbox.observe(p_scope text, p_retention interval, p_idle interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s record;
+	seen_new bigint;
+	latest timestamptz;
+	gaps tstzrange[];
+	all_pauses tstzrange[];
+	result timestamptz;
+BEGIN
+	SELECT sc.observed_until, sc.pauses, coalesce(sc.retention, p_retention) AS retention
+	  INTO s
+	  FROM inbox.scopes AS sc
+	 WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		-- Another purger holds the row, or the scope is new and another
+		-- purger adds the new scopes in this round.
+		IF EXISTS (SELECT FROM inbox.scopes AS sc
+					WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C")
+		   OR NOT inbox.try_create_scopes() THEN
+			RETURN NULL;
+		END IF;
+		INSERT INTO inbox.scopes (scope) VALUES (p_scope) ON CONFLICT (scope) DO NOTHING;
+		SELECT sc.observed_until, sc.pauses, coalesce(sc.retention, p_retention) AS retention
+		  INTO s
+		  FROM inbox.scopes AS sc
+		 WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   FOR UPDATE SKIP LOCKED;
+		IF NOT FOUND THEN
+			RETURN NULL;
+		END IF;
+	END IF;
+
+	-- The entries received since the last look, and the gaps between them;
+	-- the first gap starts at the newest entry seen last time.  Strictly
+	-- after it: entries sharing its timestamp (one transaction's claims)
+	-- were counted then and must not be read again at every round.
+	SELECT count(*),
+		   max(e.received_at),
+		   coalesce(array_agg(tstzrange(e.prev, e.received_at))
+					FILTER (WHERE e.received_at - e.prev > p_idle), '{}')
+	  INTO seen_new, latest, gaps
+	  FROM (SELECT received_at,
+				   lag(received_at, 1, s.observed_until) OVER (ORDER BY received_at) AS prev
+			  FROM inbox.entries
+			 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+			   AND received_at > coalesce(s.observed_until, '-infinity')) AS e;
+
+	latest := coalesce(latest, s.observed_until);
+	all_pauses := s.pauses || gaps;
+	result := inbox.cutoff(now(), latest, all_pauses, s.retention, p_idle);
+
+	-- A pause that ended before the cutoff can never matter again: the
+	-- cutoff only moves forward.
+	IF result IS NOT NULL THEN
+		all_pauses := ARRAY(SELECT g FROM unnest(all_pauses) AS g WHERE upper(g) >= result);
+	END IF;
+
+	UPDATE inbox.scopes
+	   SET observed_until = latest,
+		   pauses = all_pauses,
+		   retained = retained + seen_new
+	 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+
+	RETURN result;
+END
+$$;
+CREATE OR REPLACE FUNCTION inbox.purge_batch(p_leaf regclass, p_scope text,
+								  p_cutoff timestamptz, p_limit integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	/*
+	 * The worker observes in one transaction and purges in others; between
+	 * them an inbox_purge() may have taken the scope (and will update its
+	 * clock row).  Skip the scope rather than wait for that transaction.
+	 * A transaction that observed the scope holds the row already.
+	 */
+	PERFORM FROM inbox.scopes AS sc
+	  WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		RETURN 0;
+	END IF;
+	EXECUTE format(
+		'DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY('
+		'  SELECT ctid FROM %1$s'
+		'   WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE "C"'
+		'     AND received_at OPERATOR(pg_catalog.<) $2'
+		'     AND state OPERATOR(pg_catalog.=) ''d''::"char"'
+		'   ORDER BY received_at LIMIT $3))', p_leaf)
+	USING p_scope, p_cutoff, p_limit;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		UPDATE inbox.scopes SET retained = greatest(retained - n, 0)
+		 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	END IF;
+	RETURN n;
+END
+$$;
+
+-- Administration in SQL (the C functions of 0.4.0 stay in the library for
+-- databases not yet updated), and grants by role name.
+CREATE OR REPLACE FUNCTION inbox.inbox_set_retention(scope text, retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_set_retention.scope, NULL, false);
+	IF inbox_set_retention.retention <= interval '0' THEN
+		RAISE EXCEPTION 'retention must be positive'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The retention given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
+				  HINT = 'Pass NULL to go back to inbox.retention.';
+	END IF;
+	IF inbox_set_retention.retention > interval '2147483647 seconds' THEN
+		RAISE EXCEPTION 'retention must be at most 2147483647 seconds'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The retention given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
+				  HINT = 'That is about 68 years, the longest retention inbox.retention allows too.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, retention)
+	VALUES (inbox_set_retention.scope, inbox_set_retention.retention)
+	ON CONFLICT (scope) DO UPDATE SET retention = EXCLUDED.retention;
+END
+$$;
+CREATE OR REPLACE FUNCTION inbox.inbox_drop_scope(scope text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	removed bigint;
+BEGIN
+	PERFORM inbox.check_key(inbox_drop_scope.scope, NULL, false);
+	DELETE FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	GET DIAGNOSTICS removed = ROW_COUNT;
+	DELETE FROM inbox.scopes AS s
+	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
+	RETURN removed;
+END
+$$;
+CREATE OR REPLACE FUNCTION inbox.inbox_grant(scope text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_grant.scope, NULL, false);
+	IF inbox_grant.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	INSERT INTO inbox.scope_grants AS g (scope, grantee)
+	VALUES (inbox_grant.scope, pg_catalog.pg_get_userbyid(inbox_grant.role))
+	ON CONFLICT DO NOTHING;
+	RETURN FOUND;
+END
+$$;
+CREATE OR REPLACE FUNCTION inbox.inbox_revoke(scope text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	removed boolean;
+BEGIN
+	PERFORM inbox.check_key(inbox_revoke.scope, NULL, false);
+	IF inbox_revoke.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	DELETE FROM inbox.scope_grants AS g
+	 WHERE g.scope OPERATOR(pg_catalog.=) inbox_revoke.scope COLLATE "C"
+	   AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(inbox_revoke.role);
+	removed := FOUND;
+	-- The last revoke opens the scope to every API user: say so.
+	IF removed AND NOT EXISTS (SELECT FROM inbox.scope_grants AS g
+								WHERE g.scope OPERATOR(pg_catalog.=) inbox_revoke.scope COLLATE "C") THEN
+		RAISE NOTICE 'scope "%" has no grants left', inbox.quote(inbox_revoke.scope)
+			USING DETAIL = 'It is now open to every role that may execute the inbox API.';
+	END IF;
+	RETURN removed;
+END
+$$;
+CREATE OR REPLACE FUNCTION @extschema@.inbox_stats_reset()
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	-- Zero the counters, and recount exactly the entries retained per
+	-- scope (the purge keeps that number up to date incrementally, which
+	-- can undercount claims that committed long after they started).
+	PERFORM inbox.forget_counters(NULL);
+	UPDATE inbox.scopes AS s SET retained =
+		(SELECT pg_catalog.count(*) FROM inbox.entries AS e
+		  WHERE e.scope OPERATOR(pg_catalog.=) s.scope);
+END
+$$;
+COMMENT ON FUNCTION inbox.inbox_grant(text, regrole) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_revoke(text, regrole) IS
+'implementation behind the API function of the same name; call that one';
+
+-- The views, written out rather than wrapped.
+CREATE OR REPLACE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
+	SELECT scope,
+		   c.claims, c.duplicates, c.mismatches,
+		   c.purged AS rows_purged, c.last_purge,
+		   s.retention, s.clock, s.cutoff, s.oldest_entry, s.purge_lag,
+		   s.entries_retained,
+		   coalesce(b.pending, 0) AS pending,
+		   coalesce(b.processing, 0) AS processing,
+		   coalesce(b.dead, 0) AS dead,
+		   now() - b.oldest_pending AS oldest_pending_age,
+		   c.failures
+	  FROM inbox.scope_counters() AS c
+	  FULL JOIN inbox.scope_state() AS s USING (scope)
+	  FULL JOIN inbox.scope_backlog() AS b USING (scope)
+	 WHERE inbox.scope_visible(scope);
+CREATE OR REPLACE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
+	SELECT e.scope, e.message_id, e.attempts, e.last_error, e.received_at,
+		   e.finished_at AS died_at, e.payload, e.payload_bytes
+	  FROM inbox.entries AS e
+	 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
+	   AND inbox.scope_visible(e.scope);
+CREATE OR REPLACE VIEW @extschema@.inbox_grants AS
+	SELECT g.scope, pg_catalog.to_regrole(pg_catalog.quote_ident(g.grantee)) AS grantee,
+		   g.granted_at, g.grantee AS grantee_name
+	  FROM inbox.scope_grants AS g;

@@ -1,0 +1,1282 @@
+/*
+ * sql/inbox.sql: the current definition of every SQL object of extension
+ * inbox, written by hand.  The build turns it into inbox--<version>.sql.
+ *
+ * An installed database moves from one version to the next through the
+ * literal upgrade scripts beside it (inbox--A--B.sql); test/t/005 checks
+ * that an upgraded database and a fresh install of this file have the
+ * same objects, definitions, grants and comments.
+ *
+ * Everything is schema-qualified, and every function pins its search_path,
+ * so that nothing a caller puts on its own path can change what runs.
+ */
+
+-- complain if the script is sourced in psql rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION inbox" to load this file. \quit
+
+/*
+ * The tables live in schema inbox, which belongs to the extension and on
+ * which nobody but its owner has any privilege: application roles reach
+ * the rows only through the API functions.  The script fails if a schema
+ * called inbox already exists, rather than adopting one that somebody else
+ * may control.
+ */
+CREATE SCHEMA inbox;
+COMMENT ON SCHEMA inbox IS 'storage of the inbox extension; use the inbox_* functions';
+REVOKE ALL ON SCHEMA inbox FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * Storage
+ * ------------------------------------------------------------------------ */
+
+/*
+ * One row per (scope, message_id) ever claimed or received and not yet
+ * purged.
+ *
+ * The primary key is the arbiter of every claim.  Keys compare byte-wise
+ * (COLLATE "C"), so two ids are the same message exactly when their bytes
+ * are equal, whatever the database's locale.  The table is hash-partitioned
+ * on the whole key so that retention can work partition by partition; each
+ * leaf's unique index covers every key that can hash to it, so uniqueness
+ * is still global.  The length limits repeat those of the C code
+ * (src/inbox.h), for rows that arrive by COPY.
+ *
+ * state: 'd' done (every claim, and a completed deferred message), 'p'
+ * pending, 'r' processing, 'x' dead.  The other columns after state belong
+ * to the deferred mode (inbox_receive, inbox_take, ...) and are NULL for
+ * claims.
+ */
+CREATE TABLE inbox.entries (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	message_id text COLLATE pg_catalog."C" NOT NULL,
+	received_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	payload_hash bytea,
+	state "char" NOT NULL DEFAULT 'd',
+	payload jsonb,
+	payload_bytes bytea,
+	attempts integer,
+	owner_session bigint,
+	taken_at timestamptz,
+	lease_until timestamptz,
+	visible_after timestamptz,
+	last_error text,
+	result jsonb,
+	finished_at timestamptz,
+	CONSTRAINT entries_pkey PRIMARY KEY (scope, message_id),
+	CONSTRAINT entries_scope_length
+		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
+	CONSTRAINT entries_message_id_length
+		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024),
+	CONSTRAINT entries_payload_hash_length
+		CHECK (pg_catalog.octet_length(payload_hash) OPERATOR(pg_catalog.<=) 64),
+	CONSTRAINT entries_state
+		CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['p', 'r', 'd', 'x']::"char"[]))
+) PARTITION BY HASH (scope, message_id);
+
+COMMENT ON TABLE inbox.entries IS 'one row per claimed message; the primary key arbitrates claims';
+
+CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 0);
+CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 1);
+CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 2);
+CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 3);
+CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 4);
+CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 5);
+CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 6);
+CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries
+	FOR VALUES WITH (MODULUS 8, REMAINDER 7);
+
+-- Retention finds a scope's oldest entries through this index.
+CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
+
+-- Messages not yet done, oldest first per scope: what inbox_take scans.
+-- Done entries (every claim) stay out of it, so it stays small.
+CREATE INDEX entries_open ON inbox.entries (scope, received_at)
+	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char";
+
+/*
+ * Retention state, per scope: the retention override, the retention clock
+ * the purge keeps (how far it has looked, the pauses it found), an
+ * estimate of the entries retained, and the deferred mode's max_attempts
+ * override.  See inbox.observe for the clock.  A retention is at most
+ * 2147483647 seconds (about 68 years), the range of inbox.retention.
+ */
+CREATE TABLE inbox.scopes (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	retention interval,
+	observed_until timestamptz,
+	pauses pg_catalog.tstzrange[] NOT NULL DEFAULT '{}',
+	retained bigint NOT NULL DEFAULT 0,
+	max_attempts integer,
+	CONSTRAINT scopes_pkey PRIMARY KEY (scope),
+	CONSTRAINT scopes_retention_range
+		CHECK (retention OPERATOR(pg_catalog.>) '0'::interval
+			   AND retention OPERATOR(pg_catalog.<=) '2147483647 seconds'::interval),
+	CONSTRAINT scopes_max_attempts_positive
+		CHECK (max_attempts OPERATOR(pg_catalog.>) 0)
+);
+
+COMMENT ON TABLE inbox.scopes IS 'per-scope retention override and retention clock';
+
+/*
+ * Scope grants.  A scope without a row here is open to every role that may
+ * execute the API; once it has one, only the granted roles (and the roles
+ * that have their privileges) may act on it.  grantee is the role's name,
+ * as pg_dump names roles everywhere: a restore into another cluster finds
+ * the same roles, never attaches a grant to whatever role has the same
+ * OID there, and cannot fail on a missing role.  A grant whose role does
+ * not exist (dropped, or not created before a restore) matches nobody, so
+ * its scope stays closed: the safe side.
+ */
+CREATE TABLE inbox.scope_grants (
+	scope text COLLATE "C" NOT NULL,
+	grantee text COLLATE "C" NOT NULL,
+	granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT scope_grants_pkey PRIMARY KEY (scope, grantee),
+	CONSTRAINT scope_grants_scope_check
+		CHECK (pg_catalog.octet_length(scope) BETWEEN 1 AND 256),
+	CONSTRAINT scope_grants_grantee_check
+		CHECK (pg_catalog.octet_length(grantee) BETWEEN 1 AND 63)
+);
+
+REVOKE ALL ON ALL TABLES IN SCHEMA inbox FROM PUBLIC;
+
+-- pg_dump keeps the dedup history (the rows live in the leaves), the
+-- per-scope settings and clocks, and the grants.
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p1', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p2', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p3', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p4', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p5', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p6', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p7', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.scopes', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.scope_grants', '');
+
+-- Every backend caches the grants (src/access.c); any change drops the caches.
+CREATE FUNCTION inbox.scope_grants_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'inbox_scope_grants_changed'
+LANGUAGE C;
+
+CREATE TRIGGER scope_grants_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON inbox.scope_grants
+	FOR EACH STATEMENT EXECUTE FUNCTION inbox.scope_grants_changed();
+
+/* ------------------------------------------------------------------------
+ * Internal functions in C
+ * ------------------------------------------------------------------------ */
+
+/*
+ * inbox.settings(): the retention settings in force, as intervals.  It is
+ * written in C so that calling it loads the library, which defines the
+ * inbox.* settings, before anything reads them.
+ */
+CREATE FUNCTION inbox.settings(OUT retention interval, OUT idle_threshold interval,
+							   OUT batch_size integer)
+AS 'MODULE_PATHNAME', 'inbox_settings'
+LANGUAGE C STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+-- The key limits the C code enforces; the constraints above must agree.
+CREATE FUNCTION inbox.limits(OUT scope_bytes integer, OUT message_id_bytes integer,
+							 OUT payload_hash_bytes integer)
+AS 'MODULE_PATHNAME', 'inbox_limits'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+-- Owner sessions of the deferred mode (src/session.c)
+
+CREATE FUNCTION inbox.session_key()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_session_key'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.session_alive(owner bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_session_alive'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- The argument checks and quoting of the C functions, for the SQL ones
+
+CREATE FUNCTION inbox.check_key(scope text, message_id text, with_id boolean)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_check_key'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.quote(text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'inbox_quote_sql'
+LANGUAGE C IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+-- Shared-memory counters (src/stats.c)
+
+CREATE FUNCTION inbox.count_failure(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_count_failure'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- Drop the counters of one scope, or of every scope when NULL
+CREATE FUNCTION inbox.forget_counters(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
+									 OUT mismatches bigint, OUT purged bigint,
+									 OUT last_purge timestamptz, OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- One purger at a time adds new scopes to inbox.scopes (src/purge.c)
+CREATE FUNCTION inbox.try_create_scopes()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_try_create_scopes'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * inbox.scope_visible(scope): whether the role querying may act on the
+ * scope.  The operators' views filter on it; it only answers for the role
+ * itself, so PUBLIC may execute it.
+ */
+CREATE FUNCTION inbox.scope_visible(scope text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_scope_visible'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp;
+
+/* ------------------------------------------------------------------------
+ * Retention
+ * ------------------------------------------------------------------------ */
+
+/*
+ * An entry may be purged only once no redelivery of its message can be
+ * expected.  Brokers redeliver relative to the time the consumer was
+ * working, not to the wall clock: after a week-long outage the backlog
+ * still holds messages whose first delivery was just before it.  So each
+ * scope has a retention clock that counts *active time*:
+ *
+ *	- the clock runs while the scope receives new claims, and for
+ *	  inbox.idle_threshold after its last new claim; then it pauses until
+ *	  the next new claim;
+ *	- an entry is purged once its scope has been active for the retention
+ *	  since the entry was received;
+ *	- after a pause longer than the retention, nothing received before it is
+ *	  purged until the scope has again been active for the retention.
+ *
+ * Pauses are found by the purge itself, from the gaps between received_at
+ * values of the entries it sees, so a claim costs no bookkeeping at all.
+ * inbox.scopes keeps what the purge has learnt.
+ *
+ * inbox.cutoff(): entries of a scope received before the returned time may
+ * be purged; NULL means none may.  Pure arithmetic on the scope's state, in
+ * epoch seconds so that a "day" never stretches over a DST change.  A
+ * retention beyond the largest one allowed counts as that one, so that no
+ * row can make the arithmetic leave the range of timestamps and stop the
+ * purge of every scope.
+ *
+ *	now_ts		the current time
+ *	latest		the scope's newest received_at (NULL: no entries)
+ *	pauses		gaps between consecutive new claims longer than the threshold
+ *	retention	the scope's retention
+ *	idle		inbox.idle_threshold
+ */
+CREATE FUNCTION inbox.cutoff(now_ts timestamptz, latest timestamptz,
+							 pauses pg_catalog.tstzrange[], retention interval,
+							 idle interval)
+RETURNS timestamptz
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	retention_s double precision := least(extract(epoch FROM retention), 2147483647);
+	remaining double precision := retention_s;
+	idle_s double precision := extract(epoch FROM idle);
+	t double precision := extract(epoch FROM now_ts);
+	p record;
+BEGIN
+	IF latest IS NULL THEN
+		RETURN NULL;
+	END IF;
+
+	/*
+	 * Walk back from now through the stretches of active time, skipping
+	 * the paused part of each gap (all of it but its first idle_s
+	 * seconds), until the retention is used up.  The current silence, if
+	 * longer than the threshold, is a pause too.
+	 */
+	FOR p IN
+		SELECT extract(epoch FROM lower(g)) + idle_s AS paused_from,
+			   extract(epoch FROM upper(g)) AS paused_until
+		FROM unnest(pauses) AS g
+		WHERE extract(epoch FROM upper(g) - lower(g)) > idle_s
+		UNION ALL
+		SELECT extract(epoch FROM latest) + idle_s, extract(epoch FROM now_ts)
+		WHERE extract(epoch FROM now_ts - latest) > idle_s
+		ORDER BY paused_until DESC
+	LOOP
+		IF p.paused_until < t THEN
+			IF t - p.paused_until >= remaining THEN
+				EXIT;
+			END IF;
+			remaining := remaining - (t - p.paused_until);
+		END IF;
+		t := least(t, p.paused_from);
+	END LOOP;
+	t := t - remaining;
+
+	/*
+	 * After a pause longer than the retention, keep everything from before
+	 * it until the scope has been active for the retention since it ended,
+	 * that is until the cutoff has moved past its end.
+	 */
+	IF EXISTS (SELECT FROM unnest(pauses) AS g
+			   WHERE extract(epoch FROM upper(g) - lower(g)) > retention_s
+				 AND extract(epoch FROM upper(g)) > t) THEN
+		RETURN NULL;
+	END IF;
+
+	RETURN to_timestamp(t);
+END
+$$;
+
+/*
+ * inbox.scope_list(): the scopes that have entries, by a skip scan of the
+ * primary key (one index probe per scope, never a scan of the entries).
+ */
+CREATE FUNCTION inbox.scope_list()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH RECURSIVE s(scope) AS (
+		SELECT min(scope) FROM inbox.entries
+		UNION ALL
+		SELECT (SELECT min(e.scope) FROM inbox.entries AS e
+				WHERE e.scope OPERATOR(pg_catalog.>) s.scope)
+		FROM s WHERE s.scope IS NOT NULL
+	)
+	SELECT scope FROM s WHERE scope IS NOT NULL
+$$;
+
+/*
+ * inbox.observe(scope, retention, idle): advance a scope's retention clock
+ * over the entries received since the last observation, and return its
+ * purge cutoff (NULL: purge nothing now).
+ *
+ * Only one purger observes a scope at a time, and none waits for another:
+ * the scope's clock row is locked with SKIP LOCKED, and a scope seen for
+ * the first time is added only by the purger that holds
+ * inbox.try_create_scopes(), so no INSERT here waits for another purger's.
+ * Row locks live in the rows, so a purge holds the same few locks in the
+ * lock table whether there are ten scopes or a million.
+ */
+CREATE FUNCTION inbox.observe(p_scope text, p_retention interval, p_idle interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	s record;
+	seen_new bigint;
+	latest timestamptz;
+	gaps tstzrange[];
+	all_pauses tstzrange[];
+	result timestamptz;
+BEGIN
+	SELECT sc.observed_until, sc.pauses, coalesce(sc.retention, p_retention) AS retention
+	  INTO s
+	  FROM inbox.scopes AS sc
+	 WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		-- Another purger holds the row, or the scope is new and another
+		-- purger adds the new scopes in this round.
+		IF EXISTS (SELECT FROM inbox.scopes AS sc
+					WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C")
+		   OR NOT inbox.try_create_scopes() THEN
+			RETURN NULL;
+		END IF;
+		INSERT INTO inbox.scopes (scope) VALUES (p_scope) ON CONFLICT (scope) DO NOTHING;
+		SELECT sc.observed_until, sc.pauses, coalesce(sc.retention, p_retention) AS retention
+		  INTO s
+		  FROM inbox.scopes AS sc
+		 WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   FOR UPDATE SKIP LOCKED;
+		IF NOT FOUND THEN
+			RETURN NULL;
+		END IF;
+	END IF;
+
+	-- The entries received since the last look, and the gaps between them;
+	-- the first gap starts at the newest entry seen last time.  Strictly
+	-- after it: entries sharing its timestamp (one transaction's claims)
+	-- were counted then and must not be read again at every round.
+	SELECT count(*),
+		   max(e.received_at),
+		   coalesce(array_agg(tstzrange(e.prev, e.received_at))
+					FILTER (WHERE e.received_at - e.prev > p_idle), '{}')
+	  INTO seen_new, latest, gaps
+	  FROM (SELECT received_at,
+				   lag(received_at, 1, s.observed_until) OVER (ORDER BY received_at) AS prev
+			  FROM inbox.entries
+			 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+			   AND received_at > coalesce(s.observed_until, '-infinity')) AS e;
+
+	latest := coalesce(latest, s.observed_until);
+	all_pauses := s.pauses || gaps;
+	result := inbox.cutoff(now(), latest, all_pauses, s.retention, p_idle);
+
+	-- A pause that ended before the cutoff can never matter again: the
+	-- cutoff only moves forward.
+	IF result IS NOT NULL THEN
+		all_pauses := ARRAY(SELECT g FROM unnest(all_pauses) AS g WHERE upper(g) >= result);
+	END IF;
+
+	UPDATE inbox.scopes
+	   SET observed_until = latest,
+		   pauses = all_pauses,
+		   retained = retained + seen_new
+	 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+
+	RETURN result;
+END
+$$;
+
+/*
+ * inbox.purge_batch(leaf, scope, cutoff, limit): delete at most limit
+ * finished entries of one scope, received before cutoff, from one leaf,
+ * oldest first.  Only state 'd' (done) is ever deleted: a message still
+ * pending, processing or dead in the deferred mode is kept whatever its age.
+ */
+CREATE FUNCTION inbox.purge_batch(p_leaf regclass, p_scope text,
+								  p_cutoff timestamptz, p_limit integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	/*
+	 * The worker observes in one transaction and purges in others; between
+	 * them an inbox_purge() may have taken the scope (and will update its
+	 * clock row).  Skip the scope rather than wait for that transaction.
+	 * A transaction that observed the scope holds the row already.
+	 */
+	PERFORM FROM inbox.scopes AS sc
+	  WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		RETURN 0;
+	END IF;
+	EXECUTE format(
+		'DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY('
+		'  SELECT ctid FROM %1$s'
+		'   WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE "C"'
+		'     AND received_at OPERATOR(pg_catalog.<) $2'
+		'     AND state OPERATOR(pg_catalog.=) ''d''::"char"'
+		'   ORDER BY received_at LIMIT $3))', p_leaf)
+	USING p_scope, p_cutoff, p_limit;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n > 0 THEN
+		UPDATE inbox.scopes SET retained = greatest(retained - n, 0)
+		 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	END IF;
+	RETURN n;
+END
+$$;
+
+/* ------------------------------------------------------------------------
+ * Internal functions of the deferred mode
+ * ------------------------------------------------------------------------ */
+
+-- The attempts allowed in a scope: its override, or inbox.max_attempts.
+CREATE FUNCTION inbox.max_attempts(p_scope text)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce((SELECT s.max_attempts FROM inbox.scopes AS s
+					 WHERE s.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"),
+					current_setting('inbox.max_attempts')::integer)
+$$;
+
+CREATE FUNCTION inbox.state_name("char")
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT CASE $1 WHEN 'p' THEN 'pending' WHEN 'r' THEN 'processing'
+				   WHEN 'd' THEN 'done' WHEN 'x' THEN 'dead' END
+$$;
+
+/*
+ * inbox.refuse(scope, message_id, action, expected state): explain why an
+ * UPDATE of complete/fail/extend/requeue matched no row, and raise.
+ */
+CREATE FUNCTION inbox.refuse(p_scope text, p_id text, p_action text, p_expected "char")
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	st "char";
+	msg text := format('message "%s" in scope "%s"', inbox.quote(p_id), inbox.quote(p_scope));
+BEGIN
+	SELECT e.state INTO st FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C";
+	IF NOT FOUND THEN
+		RAISE EXCEPTION '% does not exist', msg
+			USING ERRCODE = 'IB005',
+				  HINT = format('Only a message stored by inbox_receive can be %s.', p_action);
+	ELSIF st <> p_expected THEN
+		RAISE EXCEPTION '% is %', msg,
+			CASE p_expected WHEN 'r' THEN 'not being processed' ELSE 'not dead' END
+			USING ERRCODE = 'IB004',
+				  DETAIL = format('It is %s, so it cannot be %s.', inbox.state_name(st), p_action);
+	ELSE
+		RAISE EXCEPTION '% is being processed by another session', msg
+			USING ERRCODE = 'IB004',
+				  DETAIL = 'This session does not own it: another session took it, or this session''s lease ran out and another worker took it again.',
+				  HINT = 'Roll back the transaction, so that the effect of this processing does not commit.';
+	END IF;
+END
+$$;
+
+/* ------------------------------------------------------------------------
+ * The API
+ *
+ * Every API function that names a scope is an entry point: a SECURITY
+ * INVOKER C function that checks the scope grants for the role that called
+ * it, then calls the SECURITY DEFINER implementation of the same name and
+ * arguments in schema inbox (src/access.c says why it takes two
+ * functions).  Nobody but the extension's owner may call an implementation
+ * directly, and EXECUTE on the entry points is granted to nobody: an
+ * administrator grants it to the consumer roles (see README).
+ * ------------------------------------------------------------------------ */
+
+-- The implementations
+
+CREATE FUNCTION inbox.inbox_claim(scope text, message_id text,
+								  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_claim_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_status(scope text, message_id text,
+								   OUT received_at timestamptz,
+								   OUT payload_hash bytea,
+								   OUT state text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_status_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 1;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	me bigint;
+	allowed integer;
+BEGIN
+	PERFORM inbox.check_key(inbox_take.scope, NULL, false);
+	IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
+		RAISE EXCEPTION 'max_messages must be between 1 and 10000'
+			USING ERRCODE = '22023',
+				  DETAIL = format('It is %s.', coalesce(max_messages::text, 'NULL'));
+	END IF;
+	IF lease IS NOT NULL AND lease <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023',
+				  HINT = 'Pass NULL to take without a lease: the message then stays with this session until it is completed or failed, or the session ends.';
+	END IF;
+	me := inbox.session_key();
+	allowed := inbox.max_attempts(inbox_take.scope);
+
+	/*
+	 * One pass, oldest first, over the open-messages index: pending
+	 * messages that are due, and processing ones whose owner is gone or
+	 * whose lease ran out.  A lost message that has had all its attempts
+	 * is marked dead instead of being handed out (a message that kills its
+	 * worker must not loop forever); it still uses up a place in
+	 * max_messages, so a take can return fewer rows than are pending.
+	 */
+	RETURN QUERY
+	WITH candidates AS (
+		-- dies: lost after its last allowed attempt (the row is locked, so
+		-- its state cannot change before the UPDATE below)
+		SELECT c.message_id, (c.state = 'r' AND c.attempts >= allowed) AS dies
+		  FROM inbox.entries AS c
+		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
+		   AND c.state <> 'd'
+		   AND ((c.state = 'p' AND (c.visible_after IS NULL OR c.visible_after <= now()))
+				OR (c.state = 'r' AND (c.lease_until < now()
+									   OR NOT inbox.session_alive(c.owner_session))))
+		 ORDER BY c.received_at
+		 LIMIT max_messages
+		   FOR UPDATE SKIP LOCKED),
+	taken AS (
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN k.dies THEN 'x' ELSE 'r' END::"char",
+			   attempts = CASE WHEN k.dies THEN e.attempts ELSE coalesce(e.attempts, 0) + 1 END,
+			   owner_session = CASE WHEN k.dies THEN NULL ELSE me END,
+			   taken_at = now(),
+			   lease_until = CASE WHEN k.dies THEN NULL ELSE now() + lease END,
+			   visible_after = NULL,
+			   finished_at = CASE WHEN k.dies THEN now() ELSE e.finished_at END,
+			   last_error = CASE WHEN k.dies
+								 THEN coalesce(e.last_error, 'worker lost during the last allowed attempt')
+								 ELSE e.last_error END
+		  FROM candidates AS k
+		 WHERE e.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
+		   AND e.message_id OPERATOR(pg_catalog.=) k.message_id
+		RETURNING e.message_id, e.payload, e.payload_bytes, e.attempts, e.received_at, e.state)
+	SELECT t.message_id, t.payload, t.payload_bytes, t.attempts, t.received_at
+	  FROM taken AS t
+	 WHERE t.state = 'r'
+	 ORDER BY t.received_at, t.message_id;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_complete(scope text, message_id text, result jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_complete.scope, inbox_complete.message_id, true);
+	UPDATE inbox.entries AS e
+	   SET state = 'd', result = inbox_complete.result, finished_at = now(),
+		   owner_session = NULL, lease_until = NULL
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_complete.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_complete.message_id COLLATE "C"
+	   AND e.state = 'r' AND e.owner_session = inbox.session_key();
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_complete.scope, inbox_complete.message_id, 'completed', 'r');
+	END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
+									   retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	new_state "char";
+	allowed integer;
+BEGIN
+	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
+	IF retry_after < interval '0' THEN
+		RAISE EXCEPTION 'retry_after must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+	allowed := inbox.max_attempts(inbox_fail.scope);
+	UPDATE inbox.entries AS e
+	   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed
+						THEN 'x' ELSE 'p' END::"char",
+		   visible_after = CASE WHEN coalesce(e.attempts, 0) >= allowed
+								THEN NULL ELSE now() + coalesce(retry_after, interval '0') END,
+		   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed
+							  THEN now() END,
+		   owner_session = NULL, lease_until = NULL, last_error = inbox_fail.error
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_fail.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_fail.message_id COLLATE "C"
+	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+	RETURNING e.state INTO new_state;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_fail.scope, inbox_fail.message_id, 'failed', 'r');
+	END IF;
+	PERFORM inbox.count_failure(inbox_fail.scope);
+	RETURN inbox.state_name(new_state);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_extend(scope text, message_id text, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	until timestamptz;
+BEGIN
+	PERFORM inbox.check_key(inbox_extend.scope, inbox_extend.message_id, true);
+	IF lease IS NULL OR lease <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023';
+	END IF;
+	UPDATE inbox.entries AS e
+	   SET lease_until = now() + lease
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_extend.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_extend.message_id COLLATE "C"
+	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+	RETURNING e.lease_until INTO until;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_extend.scope, inbox_extend.message_id, 'extended', 'r');
+	END IF;
+	RETURN until;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_requeue(scope text, message_id text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
+	UPDATE inbox.entries AS e
+	   SET state = 'p', attempts = 0, visible_after = NULL, finished_at = NULL,
+		   owner_session = NULL, lease_until = NULL
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
+	   AND e.state = 'x';
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
+	END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_set_max_attempts(scope text, max_attempts integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_set_max_attempts.scope, NULL, false);
+	IF inbox_set_max_attempts.max_attempts < 1 THEN
+		RAISE EXCEPTION 'max_attempts must be at least 1'
+			USING ERRCODE = '22023',
+				  HINT = 'Pass NULL to go back to inbox.max_attempts.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, max_attempts)
+	VALUES (inbox_set_max_attempts.scope, inbox_set_max_attempts.max_attempts)
+	ON CONFLICT (scope) DO UPDATE SET max_attempts = EXCLUDED.max_attempts;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_result(scope text, message_id text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	r jsonb;
+BEGIN
+	PERFORM inbox.check_key(inbox_result.scope, inbox_result.message_id, true);
+	SELECT e.result INTO r FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_result.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_result.message_id COLLATE "C";
+	RETURN r;
+END
+$$;
+
+/*
+ * Retention overrides are bounded like inbox.retention: a retention
+ * beyond it could only push the purge's arithmetic out of the range of
+ * timestamps.
+ */
+CREATE FUNCTION inbox.inbox_set_retention(scope text, retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_set_retention.scope, NULL, false);
+	IF inbox_set_retention.retention <= interval '0' THEN
+		RAISE EXCEPTION 'retention must be positive'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The retention given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
+				  HINT = 'Pass NULL to go back to inbox.retention.';
+	END IF;
+	IF inbox_set_retention.retention > interval '2147483647 seconds' THEN
+		RAISE EXCEPTION 'retention must be at most 2147483647 seconds'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The retention given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
+				  HINT = 'That is about 68 years, the longest retention inbox.retention allows too.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, retention)
+	VALUES (inbox_set_retention.scope, inbox_set_retention.retention)
+	ON CONFLICT (scope) DO UPDATE SET retention = EXCLUDED.retention;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_drop_scope(scope text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	removed bigint;
+BEGIN
+	PERFORM inbox.check_key(inbox_drop_scope.scope, NULL, false);
+	DELETE FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	GET DIAGNOSTICS removed = ROW_COUNT;
+	DELETE FROM inbox.scopes AS s
+	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
+	RETURN removed;
+END
+$$;
+
+/*
+ * inbox_grant and inbox_revoke: the extension's owner or a superuser only.
+ * The entry point checks that, for the role that called (a SECURITY
+ * DEFINER implementation could not see it).  Grants name the role.
+ */
+CREATE FUNCTION inbox.inbox_grant(scope text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_grant.scope, NULL, false);
+	IF inbox_grant.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	INSERT INTO inbox.scope_grants AS g (scope, grantee)
+	VALUES (inbox_grant.scope, pg_catalog.pg_get_userbyid(inbox_grant.role))
+	ON CONFLICT DO NOTHING;
+	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_revoke(scope text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	removed boolean;
+BEGIN
+	PERFORM inbox.check_key(inbox_revoke.scope, NULL, false);
+	IF inbox_revoke.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = '22004';
+	END IF;
+	DELETE FROM inbox.scope_grants AS g
+	 WHERE g.scope OPERATOR(pg_catalog.=) inbox_revoke.scope COLLATE "C"
+	   AND g.grantee OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(inbox_revoke.role);
+	removed := FOUND;
+	-- The last revoke opens the scope to every API user: say so.
+	IF removed AND NOT EXISTS (SELECT FROM inbox.scope_grants AS g
+								WHERE g.scope OPERATOR(pg_catalog.=) inbox_revoke.scope COLLATE "C") THEN
+		RAISE NOTICE 'scope "%" has no grants left', inbox.quote(inbox_revoke.scope)
+			USING DETAIL = 'It is now open to every role that may execute the inbox API.';
+	END IF;
+	RETURN removed;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.inbox_claim(text, text, bytea) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_status(text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_complete(text, text, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_fail(text, text, text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_extend(text, text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_requeue(text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_set_max_attempts(text, integer) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_result(text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_set_retention(text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_drop_scope(text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_grant(text, regrole) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_revoke(text, regrole) IS
+'implementation behind the API function of the same name; call that one';
+
+-- The entry points
+
+CREATE FUNCTION @extschema@.inbox_claim(scope text, message_id text,
+										payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim(text, text, bytea) IS
+'claim a message in the current transaction: true if new, false (or IB001) if already processed, IB002 on a payload mismatch';
+
+CREATE FUNCTION @extschema@.inbox_status(scope text, message_id text,
+										 OUT received_at timestamptz,
+										 OUT payload_hash bytea,
+										 OUT state text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.inbox_status(text, text) IS
+'the entry of a message (received_at, payload_hash, state), or no row';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
+										  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) IS
+'store a message as pending: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
+										  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) IS
+'store a binary message (EDI, protobuf, ...) as pending';
+
+CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_take(text, integer, interval) IS
+'take up to max_messages pending messages, oldest first; concurrent takers never get the same one';
+
+CREATE FUNCTION @extschema@.inbox_complete(scope text, message_id text,
+										   result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) IS
+'mark a message this session took as done, storing its result; commits with the business effect';
+
+CREATE FUNCTION @extschema@.inbox_fail(scope text, message_id text, error text,
+									   retry_after interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) IS
+'give back a message this session took: pending again after retry_after, or dead after its last attempt; returns the new state';
+
+CREATE FUNCTION @extschema@.inbox_extend(scope text, message_id text, lease interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_extend(text, text, interval) IS
+'extend the lease of a message this session took; returns the new end of the lease';
+
+CREATE FUNCTION @extschema@.inbox_requeue(scope text, message_id text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_requeue(text, text) IS
+'put a dead message back to pending, with its attempts reset';
+
+CREATE FUNCTION @extschema@.inbox_set_max_attempts(scope text, max_attempts integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_max_attempts(text, integer) IS
+'override inbox.max_attempts for one scope; NULL goes back to the setting';
+
+CREATE FUNCTION @extschema@.inbox_result(scope text, message_id text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C STABLE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_result(text, text) IS
+'the result stored by inbox_complete, so that a redelivered request is answered as the first time; NULL if none';
+
+CREATE FUNCTION @extschema@.inbox_set_retention(scope text, retention interval)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_retention(text, interval) IS
+'override inbox.retention for one scope; NULL goes back to the setting';
+
+CREATE FUNCTION @extschema@.inbox_drop_scope(scope text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_drop_scope(text) IS
+'remove a scope that will never be used again, with all its entries; returns the entries removed';
+
+CREATE FUNCTION @extschema@.inbox_grant(scope text, role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_grant(text, regrole) IS
+'let a role (and its members) act on a scope; once a scope has grants, nobody else may';
+
+CREATE FUNCTION @extschema@.inbox_revoke(scope text, role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_revoke(text, regrole) IS
+'withdraw a scope grant; a scope left without grants is open to every API user';
+
+-- Functions that name no scope: SECURITY DEFINER themselves
+
+CREATE FUNCTION @extschema@.inbox_purge()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_purge_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION @extschema@.inbox_purge() IS
+'purge expired entries: one batch per leaf and scope, in the caller''s transaction; returns the rows purged';
+
+CREATE FUNCTION @extschema@.inbox_stats_reset()
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	-- Zero the counters, and recount exactly the entries retained per
+	-- scope (the purge keeps that number up to date incrementally, which
+	-- can undercount claims that committed long after they started).
+	PERFORM inbox.forget_counters(NULL);
+	UPDATE inbox.scopes AS s SET retained =
+		(SELECT pg_catalog.count(*) FROM inbox.entries AS e
+		  WHERE e.scope OPERATOR(pg_catalog.=) s.scope);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_stats_reset() IS
+'reset this database''s counters, and recount the entries retained per scope';
+
+/* ------------------------------------------------------------------------
+ * Views for operators
+ *
+ * They show only the scopes the role querying them may act on (all of them
+ * for a superuser): a view reads its tables as its owner but calls
+ * functions as the role querying it, so inbox.scope_visible() answers for
+ * that role.  They are security barriers: otherwise the planner could run
+ * a cheap function of the caller's WHERE clause on rows of other scopes
+ * before the filter, and the function could print them.
+ * ------------------------------------------------------------------------ */
+
+/*
+ * inbox_stats: one row per scope known to the counters, to the purge or to
+ * the deferred mode.  Counters come from shared memory; the clock columns
+ * from inbox.scopes and two index probes per scope (its oldest and newest
+ * entry); the backlog from the open-messages index.
+ */
+CREATE FUNCTION inbox.scope_state(OUT scope text, OUT retention interval, OUT clock text,
+								  OUT cutoff timestamptz, OUT oldest_entry timestamptz,
+								  OUT purge_lag interval, OUT entries_retained bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT sc.scope, r.retention,
+		   CASE WHEN x.latest IS NULL THEN 'empty'
+				WHEN c.cutoff IS NULL THEN 'held'
+				WHEN now() - x.latest > cfg.idle_threshold THEN 'paused'
+				ELSE 'running' END,
+		   c.cutoff, x.oldest,
+		   CASE WHEN x.oldest < c.cutoff THEN c.cutoff - x.oldest
+				ELSE '0'::interval END,
+		   sc.retained
+	  FROM inbox.scopes AS sc
+	 CROSS JOIN inbox.settings() AS cfg
+	 CROSS JOIN LATERAL (SELECT coalesce(sc.retention, cfg.retention) AS retention) AS r
+	 CROSS JOIN LATERAL (SELECT min(e.received_at) AS oldest, max(e.received_at) AS latest
+						   FROM inbox.entries AS e
+						  WHERE e.scope OPERATOR(pg_catalog.=) sc.scope) AS x
+	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
+											 sc.pauses, r.retention, cfg.idle_threshold)
+								AS cutoff) AS c
+$$;
+
+CREATE FUNCTION inbox.scope_backlog(OUT scope text, OUT pending bigint, OUT processing bigint,
+									OUT dead bigint, OUT oldest_pending timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT e.scope,
+		   count(*) FILTER (WHERE e.state = 'p'),
+		   count(*) FILTER (WHERE e.state = 'r'),
+		   count(*) FILTER (WHERE e.state = 'x'),
+		   min(e.received_at) FILTER (WHERE e.state = 'p')
+	  FROM inbox.entries AS e
+	 WHERE e.state OPERATOR(pg_catalog.<>) 'd'::"char"
+	 GROUP BY e.scope
+$$;
+
+CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
+	SELECT scope,
+		   c.claims, c.duplicates, c.mismatches,
+		   c.purged AS rows_purged, c.last_purge,
+		   s.retention, s.clock, s.cutoff, s.oldest_entry, s.purge_lag,
+		   s.entries_retained,
+		   coalesce(b.pending, 0) AS pending,
+		   coalesce(b.processing, 0) AS processing,
+		   coalesce(b.dead, 0) AS dead,
+		   now() - b.oldest_pending AS oldest_pending_age,
+		   c.failures
+	  FROM inbox.scope_counters() AS c
+	  FULL JOIN inbox.scope_state() AS s USING (scope)
+	  FULL JOIN inbox.scope_backlog() AS b USING (scope)
+	 WHERE inbox.scope_visible(scope);
+
+COMMENT ON VIEW @extschema@.inbox_stats IS
+'per-scope claims, duplicates, mismatches, purge progress and retention clock';
+
+CREATE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
+	SELECT e.scope, e.message_id, e.attempts, e.last_error, e.received_at,
+		   e.finished_at AS died_at, e.payload, e.payload_bytes
+	  FROM inbox.entries AS e
+	 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
+	   AND inbox.scope_visible(e.scope);
+
+COMMENT ON VIEW @extschema@.inbox_dead_letters IS
+'messages that used all their attempts; inbox_requeue puts one back';
+
+-- For administrators: who may act on which scope.  grantee is NULL for a
+-- grant whose role does not exist; grantee_name says which role it names.
+CREATE VIEW @extschema@.inbox_grants AS
+	SELECT g.scope, pg_catalog.to_regrole(pg_catalog.quote_ident(g.grantee)) AS grantee,
+		   g.granted_at, g.grantee AS grantee_name
+	  FROM inbox.scope_grants AS g;
+
+COMMENT ON VIEW @extschema@.inbox_grants IS
+'scope grants: a scope listed here is open only to its grantees (and their members)';
+
+/* ------------------------------------------------------------------------
+ * The drop guard
+ *
+ * DROP EXTENSION inbox, and DROP OWNED BY its owner, without CASCADE are
+ * refused while entries exist; with CASCADE, and for DROP SCHEMA ... CASCADE
+ * of a schema the extension lives in, they warn (src/guard.c).  The trigger
+ * belongs to the extension, so it goes with it.
+ * ------------------------------------------------------------------------ */
+CREATE FUNCTION inbox.guard_drop()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'inbox_guard_drop'
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp;
+
+CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
+	WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+	EXECUTE FUNCTION inbox.guard_drop();
+
+/* ------------------------------------------------------------------------
+ * Privileges
+ *
+ * Nothing is executable by PUBLIC but inbox.scope_visible (which answers
+ * only for the role calling) and the read-only helpers of the views, and
+ * schema inbox is not usable by PUBLIC anyway.
+ * ------------------------------------------------------------------------ */
+REVOKE ALL ON FUNCTION inbox.scope_grants_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.session_key() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.count_failure(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.observe(text, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_batch(regclass, text, timestamptz, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_status(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_fail(text, text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_extend(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_requeue(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_max_attempts(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_result(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_retention(text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_drop_scope(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_grant(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_revoke(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_requeue(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_max_attempts(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_result(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_retention(text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_drop_scope(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_grant(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_revoke(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_purge() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_stats_reset() FROM PUBLIC;
+REVOKE ALL ON @extschema@.inbox_stats FROM PUBLIC;
+REVOKE ALL ON @extschema@.inbox_dead_letters FROM PUBLIC;
+REVOKE ALL ON @extschema@.inbox_grants FROM PUBLIC;
