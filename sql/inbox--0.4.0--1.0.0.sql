@@ -171,6 +171,7 @@ CREATE OR REPLACE FUNCTION inbox.observe(p_scope text, p_retention interval, p_i
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
 	s record;
@@ -229,52 +230,61 @@ BEGIN
 		all_pauses := ARRAY(SELECT g FROM unnest(all_pauses) AS g WHERE upper(g) >= result);
 	END IF;
 
-	UPDATE inbox.scopes
-	   SET observed_until = latest,
-		   pauses = all_pauses,
-		   retained = retained + seen_new
-	 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	-- Nothing new and no pause forgotten: leave the row as it is, so that a
+	-- round over many idle scopes writes nothing.
+	IF seen_new > 0 OR latest IS DISTINCT FROM s.observed_until
+	   OR all_pauses IS DISTINCT FROM s.pauses THEN
+		UPDATE inbox.scopes
+		   SET observed_until = latest,
+			   pauses = all_pauses,
+			   retained = retained + seen_new
+		 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	END IF;
 
 	RETURN result;
 END
 $$;
-CREATE OR REPLACE FUNCTION inbox.purge_batch(p_leaf regclass, p_scope text,
-								  p_cutoff timestamptz, p_limit integer)
-RETURNS bigint
+DROP FUNCTION inbox.purge_batch(regclass, text, timestamptz, integer);
+CREATE FUNCTION inbox.purge_leaf(p_leaf regclass, p_scopes text[],
+								 p_cutoffs timestamptz[], p_limit integer)
+RETURNS TABLE (scope text, purged bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
-	n bigint;
+	r record;
 BEGIN
-	/*
-	 * The worker observes in one transaction and purges in others; between
-	 * them an inbox_purge() may have taken the scope (and will update its
-	 * clock row).  Skip the scope rather than wait for that transaction.
-	 * A transaction that observed the scope holds the row already.
-	 */
-	PERFORM FROM inbox.scopes AS sc
-	  WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		FOR UPDATE SKIP LOCKED;
-	IF NOT FOUND THEN
-		RETURN 0;
-	END IF;
-	EXECUTE format(
-		'DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY('
-		'  SELECT ctid FROM %1$s'
-		'   WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE "C"'
-		'     AND received_at OPERATOR(pg_catalog.<) $2'
-		'     AND state OPERATOR(pg_catalog.=) ''d''::"char"'
-		'   ORDER BY received_at LIMIT $3))', p_leaf)
-	USING p_scope, p_cutoff, p_limit;
-	GET DIAGNOSTICS n = ROW_COUNT;
-	IF n > 0 THEN
-		UPDATE inbox.scopes SET retained = greatest(retained - n, 0)
-		 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
-	END IF;
-	RETURN n;
+	FOR r IN EXECUTE format(
+		'WITH targets AS ('
+		'  SELECT sc.scope, t.cutoff'
+		'    FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS t(scope, cutoff)'
+		'    JOIN inbox.scopes AS sc ON sc.scope OPERATOR(pg_catalog.=) t.scope COLLATE "C"'
+		'     FOR UPDATE OF sc SKIP LOCKED),'
+		' victims AS ('
+		'  SELECT v.ctid FROM targets AS t'
+		'   CROSS JOIN LATERAL (SELECT e.ctid, e.received_at FROM %1$s AS e'
+		'                        WHERE e.scope OPERATOR(pg_catalog.=) t.scope COLLATE "C"'
+		'                          AND e.received_at OPERATOR(pg_catalog.<) t.cutoff'
+		'                          AND e.state OPERATOR(pg_catalog.=) ''d''::"char"'
+		'                        ORDER BY e.received_at LIMIT $3) AS v'
+		'   ORDER BY v.received_at LIMIT $3),'
+		' gone AS ('
+		'  DELETE FROM %1$s AS e'
+		'   WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM victims))'
+		'  RETURNING e.scope)'
+		'SELECT g.scope, pg_catalog.count(*) AS n FROM gone AS g GROUP BY g.scope', p_leaf)
+		USING p_scopes, p_cutoffs, p_limit
+	LOOP
+		UPDATE inbox.scopes AS sc SET retained = greatest(sc.retained - r.n, 0)
+		 WHERE sc.scope OPERATOR(pg_catalog.=) r.scope COLLATE "C";
+		scope := r.scope;
+		purged := r.n;
+		RETURN NEXT;
+	END LOOP;
 END
 $$;
+REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
 
 -- Administration in SQL (the C functions of 0.4.0 stay in the library for
 -- databases not yet updated), and grants by role name.

@@ -386,11 +386,17 @@ $$;
  * inbox.try_create_scopes(), so no INSERT here waits for another purger's.
  * Row locks live in the rows, so a purge holds the same few locks in the
  * lock table whether there are ten scopes or a million.
+ *
+ * Its statements run once per scope, with plans PL/pgSQL keeps for the
+ * session.  A plan made while inbox.scopes was small would scan it whole,
+ * once per scope, while the round fills it: enable_seqscan = off keeps
+ * every lookup on its index whatever the statistics said.
  */
 CREATE FUNCTION inbox.observe(p_scope text, p_retention interval, p_idle interval)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
 	s record;
@@ -449,57 +455,77 @@ BEGIN
 		all_pauses := ARRAY(SELECT g FROM unnest(all_pauses) AS g WHERE upper(g) >= result);
 	END IF;
 
-	UPDATE inbox.scopes
-	   SET observed_until = latest,
-		   pauses = all_pauses,
-		   retained = retained + seen_new
-	 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	-- Nothing new and no pause forgotten: leave the row as it is, so that a
+	-- round over many idle scopes writes nothing.
+	IF seen_new > 0 OR latest IS DISTINCT FROM s.observed_until
+	   OR all_pauses IS DISTINCT FROM s.pauses THEN
+		UPDATE inbox.scopes
+		   SET observed_until = latest,
+			   pauses = all_pauses,
+			   retained = retained + seen_new
+		 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	END IF;
 
 	RETURN result;
 END
 $$;
 
 /*
- * inbox.purge_batch(leaf, scope, cutoff, limit): delete at most limit
- * finished entries of one scope, received before cutoff, from one leaf,
- * oldest first.  Only state 'd' (done) is ever deleted: a message still
- * pending, processing or dead in the deferred mode is kept whatever its age.
+ * inbox.purge_leaf(leaf, scopes, cutoffs, limit): delete at most limit
+ * finished entries from one leaf, oldest first, of the given scopes, each
+ * received before its scope's cutoff; return the rows deleted per scope.
+ * Only state 'd' (done) is ever deleted: a message still pending,
+ * processing or dead in the deferred mode is kept whatever its age.
+ *
+ * One statement per leaf, whatever the number of scopes, and a plan that
+ * statistics cannot change: each scope's oldest entries are read through
+ * the (scope, received_at) index, at most limit of them, and the oldest
+ * limit of those go; enable_seqscan = off keeps the clock rows, too, on
+ * their index.
+ *
+ * The worker observes in one transaction and purges in others; between
+ * them an inbox_purge() may have taken a scope (and will update its clock
+ * row).  Such a scope is skipped rather than waited for: its clock row is
+ * locked with SKIP LOCKED.  A transaction that observed the scope holds
+ * the row already.
  */
-CREATE FUNCTION inbox.purge_batch(p_leaf regclass, p_scope text,
-								  p_cutoff timestamptz, p_limit integer)
-RETURNS bigint
+CREATE FUNCTION inbox.purge_leaf(p_leaf regclass, p_scopes text[],
+								 p_cutoffs timestamptz[], p_limit integer)
+RETURNS TABLE (scope text, purged bigint)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
-	n bigint;
+	r record;
 BEGIN
-	/*
-	 * The worker observes in one transaction and purges in others; between
-	 * them an inbox_purge() may have taken the scope (and will update its
-	 * clock row).  Skip the scope rather than wait for that transaction.
-	 * A transaction that observed the scope holds the row already.
-	 */
-	PERFORM FROM inbox.scopes AS sc
-	  WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		FOR UPDATE SKIP LOCKED;
-	IF NOT FOUND THEN
-		RETURN 0;
-	END IF;
-	EXECUTE format(
-		'DELETE FROM %1$s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY('
-		'  SELECT ctid FROM %1$s'
-		'   WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE "C"'
-		'     AND received_at OPERATOR(pg_catalog.<) $2'
-		'     AND state OPERATOR(pg_catalog.=) ''d''::"char"'
-		'   ORDER BY received_at LIMIT $3))', p_leaf)
-	USING p_scope, p_cutoff, p_limit;
-	GET DIAGNOSTICS n = ROW_COUNT;
-	IF n > 0 THEN
-		UPDATE inbox.scopes SET retained = greatest(retained - n, 0)
-		 WHERE scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
-	END IF;
-	RETURN n;
+	FOR r IN EXECUTE format(
+		'WITH targets AS ('
+		'  SELECT sc.scope, t.cutoff'
+		'    FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2)) AS t(scope, cutoff)'
+		'    JOIN inbox.scopes AS sc ON sc.scope OPERATOR(pg_catalog.=) t.scope COLLATE "C"'
+		'     FOR UPDATE OF sc SKIP LOCKED),'
+		' victims AS ('
+		'  SELECT v.ctid FROM targets AS t'
+		'   CROSS JOIN LATERAL (SELECT e.ctid, e.received_at FROM %1$s AS e'
+		'                        WHERE e.scope OPERATOR(pg_catalog.=) t.scope COLLATE "C"'
+		'                          AND e.received_at OPERATOR(pg_catalog.<) t.cutoff'
+		'                          AND e.state OPERATOR(pg_catalog.=) ''d''::"char"'
+		'                        ORDER BY e.received_at LIMIT $3) AS v'
+		'   ORDER BY v.received_at LIMIT $3),'
+		' gone AS ('
+		'  DELETE FROM %1$s AS e'
+		'   WHERE e.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM victims))'
+		'  RETURNING e.scope)'
+		'SELECT g.scope, pg_catalog.count(*) AS n FROM gone AS g GROUP BY g.scope', p_leaf)
+		USING p_scopes, p_cutoffs, p_limit
+	LOOP
+		UPDATE inbox.scopes AS sc SET retained = greatest(sc.retained - r.n, 0)
+		 WHERE sc.scope OPERATOR(pg_catalog.=) r.scope COLLATE "C";
+		scope := r.scope;
+		purged := r.n;
+		RETURN NEXT;
+	END LOOP;
 END
 $$;
 
@@ -1242,7 +1268,7 @@ REVOKE ALL ON FUNCTION inbox.count_failure(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.observe(text, interval, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.purge_batch(regclass, text, timestamptz, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;

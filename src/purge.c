@@ -45,6 +45,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/guc.h"
@@ -388,27 +389,15 @@ inbox_purge_leaves(MemoryContext cxt)
 }
 
 /*
- * Step 2, for one leaf: delete at most limit expired entries, scope after
- * scope.  Returns the rows deleted; *more says whether the limit was
- * reached, so that more may remain.  A leaf that another purger holds is
- * skipped (0 rows, *more false): that purger is doing the work.
+ * Step 2, for one leaf, as the SQL of 0.4.0 does it: one call of
+ * inbox.purge_batch per scope, until limit rows are gone.
  */
 static int64
-inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
+purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more)
 {
-	LOCKTAG		tag;
 	bool		isnull;
 	int64		total = 0;
 	ListCell   *lc;
-
-	*more = false;
-	if (targets == NIL || limit <= 0)
-		return 0;
-
-	/* Held to the end of the transaction, like pg_try_advisory_xact_lock */
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, leaf, 0, INBOX_LOCKSPACE_PURGE);
-	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-		return 0;
 
 	foreach(lc, targets)
 	{
@@ -435,6 +424,82 @@ inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
 		}
 	}
 	return total;
+}
+
+/*
+ * Step 2, for one leaf, from 1.0.0 on: one statement, inbox.purge_leaf,
+ * for all the scopes, so that a round costs a few statements per leaf
+ * whatever the number of scopes.
+ */
+static int64
+purge_leaf_at_once(Oid leaf, List *targets, int limit, bool *more)
+{
+	int			n = list_length(targets);
+	Datum	   *scopes = palloc(sizeof(Datum) * n);
+	Datum	   *cutoffs = palloc(sizeof(Datum) * n);
+	Oid			types[4] = {REGCLASSOID, TEXTARRAYOID, TIMESTAMPTZARRAYOID, INT4OID};
+	Datum		values[4];
+	int64		total = 0;
+	uint64		i;
+	ListCell   *lc;
+	int			k = 0;
+
+	foreach(lc, targets)
+	{
+		PurgeTarget *target = (PurgeTarget *) lfirst(lc);
+
+		scopes[k] = CStringGetTextDatum(target->scope);
+		cutoffs[k] = TimestampTzGetDatum(target->cutoff);
+		k++;
+	}
+	values[0] = ObjectIdGetDatum(leaf);
+	values[1] = PointerGetDatum(construct_array(scopes, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(cutoffs, n, TIMESTAMPTZOID, sizeof(TimestampTz),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[3] = Int32GetDatum(limit);
+	spi_check(SPI_execute_with_args("SELECT scope, purged FROM inbox.purge_leaf($1, $2, $3, $4)",
+									4, types, values, NULL, false, 0),
+			  SPI_OK_SELECT, "inbox.purge_leaf");
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		char	   *scope = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		int64		rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+
+		inbox_stats_purged(scope, rows);
+		total += rows;
+	}
+	*more = (total >= limit);
+	return total;
+}
+
+/*
+ * Step 2, for one leaf: delete at most limit expired entries, oldest first
+ * over the scopes.  Returns the rows deleted; *more says whether the limit
+ * was reached, so that more may remain.  A leaf that another purger holds
+ * is skipped (0 rows, *more false): that purger is doing the work.
+ */
+static int64
+inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
+{
+	LOCKTAG		tag;
+	char	   *version;
+
+	*more = false;
+	if (targets == NIL || limit <= 0)
+		return 0;
+
+	/* Held to the end of the transaction, like pg_try_advisory_xact_lock */
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, leaf, 0, INBOX_LOCKSPACE_PURGE);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return 0;
+
+	/* The SQL installed says which function does the work (version.c) */
+	version = inbox_sql_version();
+	if (version != NULL && strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0)
+		return purge_leaf_by_scope(leaf, targets, limit, more);
+	return purge_leaf_at_once(leaf, targets, limit, more);
 }
 
 /*
