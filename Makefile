@@ -45,7 +45,7 @@ REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
 	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
-	scope_grants drop_guard
+	scope_grants drop_guard purge_private_locks
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 

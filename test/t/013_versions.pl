@@ -1,0 +1,88 @@
+# test/t/013_versions.pl
+#
+# Between the library and the SQL objects of a database:
+#   - the library serves the SQL of the previous release (0.4.0) until
+#     ALTER EXTENSION inbox UPDATE, so that claims never break between
+#     "make install" and the update; an older SQL version gets an error
+#     that names both versions and the command to run, and the worker
+#     says so in the log instead of purging;
+#   - a retention setting stored before the library was loaded is read in
+#     interval syntax ('30 days'), as users write it; one that does not
+#     parse stops the purge, loudly, instead of silently leaving the
+#     default of 7 days in force (which purged entries early in 0.4.0).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
+use Test::More;
+
+# --- settings stored before the library is loaded ---------------------------------
+my $node = InboxTest->node('versions', preload => '');
+
+# A fresh session has not loaded the library: the value is stored unchecked.
+$node->sql(q{ALTER DATABASE postgres SET inbox.retention = '30 days'});
+is($node->sql('SELECT extract(epoch FROM retention) / 86400 FROM inbox.settings()'),
+	'30', "a retention stored as '30 days' before the library loads means 30 days");
+
+$node->sql(q{ALTER DATABASE postgres SET inbox.retention = 'a month or so'});
+my ($rc, $out, $err) = $node->psql('postgres', 'SELECT inbox_purge()');
+like($err, qr/invalid value for parameter "inbox.retention": "a month or so"/,
+	'one that does not parse stops inbox_purge()');
+like($err, qr/The purge does not run while it is in force/, 'and says why');
+is($node->sql(q{SELECT retention IS NULL FROM inbox.settings()}),
+	't', 'the settings show no retention in force');
+is($node->sql(q{SELECT inbox_claim('s', 'm-1')}), 't', 'claims go on meanwhile');
+
+# With the preload, the value is applied when each session starts; the
+# worker refuses too, and says so in the log.
+my $log = $node->log_position;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'inbox'
+inbox.purge_naptime = 1
+});
+$node->restart;
+($rc, $out, $err) = $node->psql('postgres', 'SELECT inbox_purge()');
+like($err, qr/invalid value for parameter "inbox.retention"/,
+	'with the preload, inbox_purge() refuses the stored value as well');
+ok($node->wait_for_log(qr/inbox purge stopped early: invalid value for parameter "inbox.retention"/, $log),
+	'and the worker refuses to purge, in the log');
+$node->sql('ALTER DATABASE postgres RESET inbox.retention');
+is($node->sql('SELECT inbox_purge()'), '0', 'once it is corrected, the purge runs');
+
+# --- the SQL versions the library serves --------------------------------------------
+$node->sql('CREATE DATABASE v040');
+$node->safe_psql('v040', q{CREATE EXTENSION inbox VERSION '0.4.0'});
+is( $node->safe_psql('v040', q{
+		SELECT inbox_claim('b', 'm-1'), inbox_claim('b', 'm-1');
+		SELECT inbox_receive('d', 'r-1', '{}'::jsonb);
+		SELECT count(*) FROM inbox_status('b', 'm-1');
+		SELECT inbox_purge();
+		SELECT count(*) FROM inbox_stats WHERE scope = 'b';
+	}),
+	"t|f\nt\n1\n0\n1",
+	'a database still at 0.4.0 is served by this library: claims, receives, status, purge, stats');
+$node->safe_psql('v040', 'ALTER EXTENSION inbox UPDATE');
+is( $node->safe_psql('v040', q{
+		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
+		SELECT inbox_claim('b', 'm-1'), inbox_claim('b', 'm-2');
+	}),
+	"1.0.0\nf|t",
+	'and keeps its history through the update');
+
+$log = $node->log_position;
+$node->sql('CREATE DATABASE v030');
+$node->safe_psql('v030', q{CREATE EXTENSION inbox VERSION '0.3.0'});
+($rc, $out, $err) = $node->psql('v030', q{SELECT inbox_claim('b', 'm-1')});
+like($err, qr/inbox library 1\.0\.0 cannot serve version 0\.3\.0 of extension inbox/,
+	'a database at 0.3.0 gets an error that names both versions');
+like($err, qr/HINT:  Run ALTER EXTENSION inbox UPDATE in this database\./, 'and what to run');
+ok( $node->wait_for_log(
+		qr/inbox purge skips database "v030": library 1\.0\.0 cannot serve version 0\.3\.0/, $log),
+	'the worker skips that database, and says why in the log');
+$node->safe_psql('v030', 'ALTER EXTENSION inbox UPDATE');
+is($node->safe_psql('v030', q{SELECT inbox_claim('b', 'm-1')}),
+	't', 'after the update, it is served');
+
+$node->stop;
+done_testing();
