@@ -59,6 +59,16 @@ sub setup_inbox
 	return $self;
 }
 
+# True when the extension $name is installed for the PostgreSQL this node
+# runs: its control file in the share directory and its library, so that a
+# test that needs it can skip instead of failing to start the server.
+sub has_extension
+{
+	my ($self, $name) = @_;
+	my ($sharedir, $pkglibdir) = $self->config_data('--sharedir', '--pkglibdir');
+	return -f "$sharedir/extension/$name.control" && -f "$pkglibdir/$name.so";
+}
+
 # SQL in database postgres, which every test uses most; other databases
 # go through safe_psql.
 sub sql
