@@ -20,13 +20,18 @@ package InboxTest;
 use strict;
 use warnings;
 use Exporter qw(import);
-use File::Basename qw(dirname);
-use IPC::Run;
+use File::Basename ();
+use IPC::Run ();
 use PostgreSQL::Test::Cluster;
-use PostgreSQL::Test::Utils;
-use Test::More;
+use PostgreSQL::Test::Utils ();
+use Test::More ();
 
 # PostgreSQL::Test::Cluster->new blesses into the class it is called on.
+# Nothing is imported into this package: an imported function would hide
+# the Cluster method of the same name (PostgreSQL::Test::Utils exports
+# command_ok, Cluster has a command_ok method that sets up the node's
+# environment first), so Test::More and the framework are called by their
+# full names.
 our @ISA = ('PostgreSQL::Test::Cluster');
 our @EXPORT_OK = qw(invoice_payload);
 
@@ -141,7 +146,7 @@ sub log_position
 sub log_since
 {
 	my ($self, $offset) = @_;
-	return slurp_file($self->logfile, $offset);
+	return PostgreSQL::Test::Utils::slurp_file($self->logfile, $offset);
 }
 
 # What the log shows when a backend crashed or the server panicked.
@@ -152,7 +157,9 @@ our $crash_pattern =
 sub no_crash_since
 {
 	my ($self, $offset, $name) = @_;
-	return unlike($self->log_since($offset), $crash_pattern, $name);
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return Test::More::unlike($self->log_since($offset), $crash_pattern, $name);
 }
 
 # Wait until the postmaster has restarted everything after a backend crash
@@ -206,7 +213,7 @@ sub invoice_payload
 
 # --- the load driver of the fault-injection tests ----------------------------------
 
-my $load_driver = dirname(__FILE__) . '/../faults/load.pl';
+my $load_driver = File::Basename::dirname(__FILE__) . '/../faults/load.pl';
 
 # A started node set up for test/faults/load.pl, and the log offset its
 # checks start from.  $extra_conf is appended to the shared settings.
@@ -235,20 +242,22 @@ inbox.idle_threshold = '1h'
 sub run_load_driver
 {
 	my ($self, $options, $expected) = @_;
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
 	my @cmd = ($^X, $load_driver, '--connstr' => $self->connstr('postgres'), @$options);
 	my ($out, $err) = ('', '');
 	my $ran = eval {
 		IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(170));
 	};
 	my $status = $?;
-	diag("driver: $@") if $@;
-	ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
-	  or diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
+	Test::More::diag("driver: $@") if $@;
+	Test::More::ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
+	  or Test::More::diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
 
 	my ($report) = $out =~ /^(inbox-load: .*)$/m;
-	ok(defined $report, 'the driver prints its report line');
+	Test::More::ok(defined $report, 'the driver prints its report line');
 	$report //= '';
-	note($report);
+	Test::More::note($report);
 	my %r = $report =~ /(\w+)=(\S+)/g;
 	$r{$_} //= -1 for @$expected;
 	return %r;
@@ -259,17 +268,19 @@ sub run_load_driver
 sub check_load_aftermath
 {
 	my ($self, $log_offset) = @_;
-	ok($self->wait_for_launcher, 'the purge launcher runs again after the crash restarts');
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	Test::More::ok($self->wait_for_launcher, 'the purge launcher runs again after the crash restarts');
 
 	my $log = $self->log_since($log_offset);
 	my $crashes = () = $log =~ /server process \(PID \d+\) was terminated by signal 9/g;
-	cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
+	Test::More::cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
 	my @unexpected = grep {
 		/\b(ERROR|FATAL|PANIC|WARNING):|terminated by signal (?!9\b)|exited with exit code [^0]/
 		  && !/FATAL:  the database system is (in recovery mode|not yet accepting connections|starting up)/
 	} split /\n/, $log;
-	is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
-	  or diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+	Test::More::is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
+	  or Test::More::diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
 }
 
 1;
