@@ -65,10 +65,93 @@ fi
 
 bindir=$("$PG_CONFIG" --bindir)
 
+# count_results SUITE LOG - print "PASSED FAILED" for one suite, from the
+# summary its runner printed: pg_regress and pg_isolation_regress end with
+# "All N tests passed." or "M of N tests failed." (with ", K ... ignored"
+# when some failures are ignored; those count as failed here), prove with
+# "Files=F, Tests=N, ..." and "Result: PASS|FAIL|NOTESTS", after a "Test
+# Summary Report" that has a "(Wstat: W ... Tests: T Failed: M)" line for
+# every file that failed.  A file that failed no subtest but exited non-zero
+# or broke its plan (it died) counts as one failure.  A suite with no
+# summary, or that ran no test at all, counts as one failure.  Says why on
+# stderr, and names the TAP files that were skipped.
+count_results()
+{
+	perl -e '
+		my ($suite, $log) = @ARGV;
+		my ($tests, $subtests_failed, $failed, $result) = (undef, 0, 0, "");
+		open(my $fh, "<", $log)
+		  or do { print STDERR "run.sh: no output of the $suite suite\n"; print "0 1\n"; exit; };
+		my ($file, $counted);
+		while (<$fh>)
+		{
+			if ($suite eq "tap")
+			{
+				$tests = $1 if /^Files=\d+, Tests=(\d+),/;
+				$result = $1 if /^Result: (\w+)/;
+				print STDERR "run.sh: skipped $1: $2\n" if /^(\S+) \.+ skipped: (.*)$/;
+				if (/^(\S+)\s+\(Wstat: (\d+).* Tests: \d+ Failed: (\d+)\)$/)
+				{
+					($file, $counted) = ($1, $3 > 0);
+					$subtests_failed += $3;
+					if (!$counted && $2 != 0)
+					{
+						print STDERR "run.sh: $file exited with wait status $2\n";
+						($failed, $counted) = ($failed + 1, 1);
+					}
+				}
+				elsif (defined $file && !$counted && /^\s+Parse errors: (.*)/)
+				{
+					print STDERR "run.sh: $file: $1\n";
+					($failed, $counted) = ($failed + 1, 1);
+				}
+			}
+			elsif (/^[#\s]*All (\d+) tests passed\./)
+			{
+				$tests = $1;
+			}
+			elsif (/^[#\s]*(\d+) of (\d+) tests failed/)
+			{
+				($tests, $subtests_failed) = ($2, $1);
+			}
+			elsif (/^[#\s]*(\d+) of (\d+) tests passed, \d+ failed test\(s\) ignored/)
+			{
+				($tests, $subtests_failed) = ($2, $2 - $1);
+			}
+		}
+		$failed += $subtests_failed;
+		if (!defined $tests)
+		{
+			print STDERR "run.sh: the $suite suite printed no summary\n";
+			($tests, $failed) = ($subtests_failed, $failed + 1);
+		}
+		elsif ($tests == 0)
+		{
+			print STDERR "run.sh: the $suite suite ran no test\n";
+			$failed++;
+		}
+		elsif ($result eq "FAIL" && $failed == 0)
+		{
+			print STDERR "run.sh: prove says FAIL\n";
+			$failed++;
+		}
+		printf "%d %d\n", $tests - $subtests_failed, $failed;
+	' "$@"
+}
+
 case "$mode" in
 	test)
 		log="$work/test-output.log"
+		# Each suite's output on its own too, to count from its summary
+		suite_logs=$(mktemp -d "${TMPDIR:-/tmp}/inbox-logs.XXXXXX")
+		if [ "$work" = "$top" ]; then
+			trap 'rm -rf "$suite_logs"' EXIT
+		else
+			trap 'rm -rf "$suite_logs" "$work"' EXIT
+		fi
 		status=0
+		passed=0
+		failed=0
 		# One suite at a time, so a failure in one still runs the others.
 		suites="regress isolation tap"
 		only=${ONLY:-}
@@ -82,23 +165,35 @@ case "$mode" in
 				isolation) vars="REGRESS= TAP_TESTS=" ;;
 				tap) vars="REGRESS= ISOLATION= PROVE_FLAGS=--verbose${only:+ PROVE_TESTS=$only}" ;;
 			esac
+			suite_log="$suite_logs/$suite.log"
+			suite_status=0
 			# shellcheck disable=SC2086
-			if ! as_runner make -C "$work" -s PG_CONFIG="$PG_CONFIG" $vars installcheck 2>&1 | tee -a "$log"; then
+			as_runner make -C "$work" -s PG_CONFIG="$PG_CONFIG" $vars installcheck 2>&1 |
+				tee "$suite_log" || suite_status=$?
+			cat "$suite_log" >>"$log"
+			counts=$(count_results "$suite" "$suite_log") || counts="0 1"
+			read -r suite_passed suite_failed <<<"$counts"
+			if [ "$suite_status" -ne 0 ] && [ "$suite_failed" -eq 0 ]; then
+				# The runner failed without a failing test to show for it
+				# (a server that did not start, a build error): count it.
+				echo "run.sh: the $suite suite exited with status $suite_status" >&2
+				suite_failed=1
+			fi
+			passed=$((passed + suite_passed))
+			failed=$((failed + suite_failed))
+			if [ "$suite_status" -ne 0 ] || [ "$suite_failed" -ne 0 ]; then
 				status=1
 				echo "run.sh: the $suite suite failed" >&2
 				for f in "$work/regression.diffs" "$work/output_iso/regression.diffs"; do
 					[ -f "$f" ] && cat "$f"
 				done
-				if [ $suite = tap ] && [ -d "$work/tmp_check/log" ]; then
+				if [ "$suite" = tap ] && [ -d "$work/tmp_check/log" ]; then
 					tail -n 60 "$work"/tmp_check/log/*.log || true
 				fi
 			fi
 		done
 		# One closing line that counts every test of every suite
-		passed=$(grep -cE '^(ok [0-9]+|test [a-z_0-9]+ +\.\.\. ok|     [a-z_0-9]+ +\.\.\. ok)' "$log" || true)
-		failed=$(grep -cE '^(not ok [0-9]+|.* \.\.\. FAILED)' "$log" || true)
 		echo "inbox: $passed passed, $failed failed"
-		[ "$failed" -eq 0 ] || status=1
 		exit $status
 		;;
 	demo)

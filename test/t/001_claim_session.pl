@@ -8,27 +8,22 @@
 #     made once.  The bench repeats this with 1,000,000 claims.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('claim_session');
-$node->init;
 # Durability is not under test here; memory is.
-$node->append_conf('postgresql.conf', "synchronous_commit = off\n");
-$node->start;
-
-$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
-is( $node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
-	'', 'the library is not preloaded');
-is( $node->safe_psql('postgres',
-		"SELECT inbox_claim('s', 'm1'), inbox_claim('s', 'm1')"),
+my $node = InboxTest->node('claim_session', preload => '', conf => "synchronous_commit = off\n");
+is($node->sql('SHOW shared_preload_libraries'), '', 'the library is not preloaded');
+is( $node->sql("SELECT inbox_claim('s', 'm1'), inbox_claim('s', 'm1')"),
 	't|f', 'claims work without shared_preload_libraries');
 
 # Claims in batches, committing every 10,000, so that a leak per call would
 # add up while a leak per transaction could not hide either.
-$node->safe_psql(
-	'postgres', q{
+$node->sql(
+	q{
 CREATE PROCEDURE claim_many(n int, tag text) LANGUAGE plpgsql AS $$
 DECLARE
 	dup boolean;
@@ -59,8 +54,8 @@ CREATE FUNCTION backend_bytes() RETURNS bigint LANGUAGE sql
 });
 
 # One session: warm up, measure, claim a lot more, measure again.
-my $out = $node->safe_psql(
-	'postgres', q{
+my $out = $node->sql(
+	q{
 CALL claim_many(20000, 'warm-');
 SELECT backend_bytes();
 CALL claim_many(200000, 'run-');

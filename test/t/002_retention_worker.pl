@@ -15,145 +15,107 @@
 # Nothing here asserts how fast anything happens: conditions are polled.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('retention');
-$node->init;
 # A long idle threshold first: backdated entries then simply have an age.
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'inbox'
+my $node = InboxTest->node(
+	'retention', conf => q{
 inbox.purge_naptime = 1
 inbox.retention = '1h'
 inbox.idle_threshold = '365d'
 # The test framework turns this off; the kill -9 below needs it.
 restart_after_crash = on
 });
-$node->start;
-
-sub sql { return $node->safe_psql(@_); }
-
-sub launcher_pid
-{
-	return sql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'inbox launcher'");
-}
-
-# Claim ids in scope, then make them $age old.
-sub claim_aged
-{
-	my ($db, $scope, $prefix, $n, $age) = @_;
-	sql($db, qq{
-		SELECT count(inbox_claim('$scope', '$prefix' || g)) FROM generate_series(1, $n) g;
-		UPDATE inbox.entries SET received_at = now() - interval '$age'
-		 WHERE scope = '$scope' AND message_id LIKE '$prefix%';
-	});
-}
-
-sub count_entries
-{
-	my ($db, $scope, $prefix) = @_;
-	return sql($db,
-		"SELECT count(*) FROM inbox.entries WHERE scope = '$scope' AND message_id LIKE '$prefix%'");
-}
 
 # --- the launcher -----------------------------------------------------------
-ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher'"),
-	'the launcher runs, with backend_type "inbox launcher"');
-is(sql('postgres',
+ok($node->wait_for_launcher, 'the launcher runs, with backend_type "inbox launcher"');
+is($node->sql(
 		"SELECT datname IS NULL FROM pg_stat_activity WHERE backend_type = 'inbox launcher'"),
 	't', 'the launcher connects to no database');
 
 # --- just inside versus just past the retention ------------------------------
-sql('postgres', 'CREATE EXTENSION inbox');
-claim_aged('postgres', 'edge', 'past-', 3, '1 hour 5 minutes');
-claim_aged('postgres', 'edge', 'inside-', 3, '50 minutes');
+$node->claim_aged('edge', 'past-', 3, '1 hour 5 minutes');
+$node->claim_aged('edge', 'inside-', 3, '50 minutes');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'edge' AND message_id LIKE 'past-%'"),
 	'entries just past the retention are purged by the worker');
-is(count_entries('postgres', 'edge', 'inside-'), 3,
+is($node->count_entries('edge', 'inside-'), 3,
 	'entries just inside the retention are kept');
-is(sql('postgres', "SELECT rows_purged FROM inbox_stats WHERE scope = 'edge'"),
+is($node->sql("SELECT rows_purged FROM inbox_stats WHERE scope = 'edge'"),
 	3, 'inbox_stats counts the rows the worker purged');
 
 # --- per-scope retention -------------------------------------------------------
-sql('postgres', "SELECT inbox_set_retention('short', '10 minutes')");
-claim_aged('postgres', 'short', 's-', 2, '20 minutes');
-claim_aged('postgres', 'normal', 'n-', 2, '20 minutes');
+$node->sql("SELECT inbox_set_retention('short', '10 minutes')");
+$node->claim_aged('short', 's-', 2, '20 minutes');
+$node->claim_aged('normal', 'n-', 2, '20 minutes');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'short'"),
 	'a per-scope retention purges its scope sooner');
-is(count_entries('postgres', 'normal', 'n-'), 2,
+is($node->count_entries('normal', 'n-'), 2,
 	'other scopes keep the default retention');
 
 # --- SIGHUP changes the retention ------------------------------------------------
-sql('postgres', "ALTER SYSTEM SET inbox.retention = '15min'");
+$node->sql("ALTER SYSTEM SET inbox.retention = '15min'");
 $node->reload;
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'normal'"),
 	'after a reload the shorter retention applies');
-is(count_entries('postgres', 'edge', 'inside-'), 0,
+is($node->count_entries('edge', 'inside-'), 0,
 	'and applies to every scope without its own');
 
 # --- a second database, with no configuration -----------------------------------
-sql('postgres', 'CREATE DATABASE second');
-sql('second', 'CREATE EXTENSION inbox');
-claim_aged('second', 'billing', 'b-', 5, '2 hours');
+$node->sql('CREATE DATABASE second');
+$node->safe_psql('second', 'CREATE EXTENSION inbox');
+$node->claim_aged('billing', 'b-', 5, '2 hours', db => 'second');
 ok($node->poll_query_until('second',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'billing'"),
 	'a database where the extension was just created is served');
 
 # --- SIGTERM: a clean exit, and the postmaster brings the launcher back ----------
-my $log_offset = -s $node->logfile;
-my $term_pid = launcher_pid();
-sql('postgres', "SELECT pg_terminate_backend($term_pid)");
-ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher' AND pid <> $term_pid"
-	),
-	'after SIGTERM the launcher exits and is started again');
-my $term_log = substr(slurp_file($node->logfile), $log_offset);
-like($term_log, qr/terminating background worker "inbox launcher" due to administrator command/,
+my $log_offset = $node->log_position;
+my $term_pid = $node->launcher_pid;
+$node->sql("SELECT pg_terminate_backend($term_pid)");
+ok($node->wait_for_launcher($term_pid), 'after SIGTERM the launcher exits and is started again');
+like($node->log_since($log_offset),
+	qr/terminating background worker "inbox launcher" due to administrator command/,
 	'the launcher exits on SIGTERM as every backend does');
-unlike($term_log, qr/terminated by signal|server process .* was terminated|all server processes terminated/,
-	'no crash and no restart of the other backends');
+$node->no_crash_since($log_offset, 'no crash and no restart of the other backends');
 
 # --- kill -9, then an immediate shutdown -------------------------------------------
-my $pid = launcher_pid();
+my $pid = $node->launcher_pid;
 kill 'KILL', $pid;
-ok( $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher' AND pid <> $pid"
-	),
-	'after kill -9 the postmaster restarts the launcher');
-claim_aged('postgres', 'after-kill', 'k-', 3, '2 hours');
+ok($node->wait_for_launcher($pid), 'after kill -9 the postmaster restarts the launcher');
+$node->claim_aged('after-kill', 'k-', 3, '2 hours');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'after-kill'"),
 	'and the purge resumes');
 
 $node->stop('immediate');
 $node->start;
-claim_aged('postgres', 'after-crash', 'c-', 3, '2 hours');
+$node->claim_aged('after-crash', 'c-', 3, '2 hours');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'after-crash'"),
 	'the purge works again after a crash restart');
 
 # --- DROP DATABASE and DROP EXTENSION with a busy purge worker ----------------------
 # Small batches over a large backlog keep the worker connected for a while.
-sql('postgres', 'ALTER SYSTEM SET inbox.purge_batch_size = 20');
+$node->sql('ALTER SYSTEM SET inbox.purge_batch_size = 20');
 $node->reload;
 for my $db ('dropme', 'dropext')
 {
-	sql('postgres', "CREATE DATABASE $db");
-	sql($db, 'CREATE EXTENSION inbox');
-	sql($db, q{
+	$node->sql("CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION inbox');
+	$node->safe_psql($db, q{
 		SELECT count(inbox_claim('bulk-' || (g % 50), 'm-' || g)) FROM generate_series(1, 60000) g;
 		UPDATE inbox.entries SET received_at = now() - interval '2 hours';
 	});
 }
-my $launcher = launcher_pid();
+my $launcher = $node->launcher_pid;
 
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'inbox purge' AND datname = 'dropme'"
@@ -170,29 +132,28 @@ ok( $node->poll_query_until('postgres',
 ($rc, $out, $err) = $node->psql('dropext', 'DROP EXTENSION inbox CASCADE');
 is($rc, 0, 'DROP EXTENSION succeeds while the purge worker is busy there')
   or diag($err);
-is(sql('dropext', "SELECT count(*) FROM pg_extension WHERE extname = 'inbox'"),
+is($node->safe_psql('dropext', "SELECT count(*) FROM pg_extension WHERE extname = 'inbox'"),
 	0, 'the extension is gone');
-is(launcher_pid(), $launcher, 'the launcher carried on through both');
-sql('postgres', 'ALTER SYSTEM RESET inbox.purge_batch_size');
+is($node->launcher_pid, $launcher, 'the launcher carried on through both');
+$node->sql('ALTER SYSTEM RESET inbox.purge_batch_size');
 $node->reload;
 
 # --- downtime safety ---------------------------------------------------------------
 # Real time now: pauses start after 3 s of silence, and the two scopes keep
 # entries for 12 s of activity.
-sql('postgres', "ALTER SYSTEM SET inbox.idle_threshold = '3s'");
+$node->sql("ALTER SYSTEM SET inbox.idle_threshold = '3s'");
 $node->reload;
 for my $scope ('idle', 'down')
 {
-	sql('postgres', "SELECT inbox_set_retention('$scope', '12 seconds')");
-	sql('postgres',
-		"SELECT count(inbox_claim('$scope', 'old-' || g)) FROM generate_series(1, 5) g");
+	$node->sql("SELECT inbox_set_retention('$scope', '12 seconds')");
+	$node->sql("SELECT count(inbox_claim('$scope', 'old-' || g)) FROM generate_series(1, 5) g");
 }
 
 # Idle for longer than the retention while the server and the worker run.
 sleep(16);
-is(count_entries('postgres', 'idle', 'old-'), 5,
+is($node->count_entries('idle', 'old-'), 5,
 	'a scope idle for longer than the retention keeps its entries');
-is( sql('postgres',
+is( $node->sql(
 		"SELECT count(*) FILTER (WHERE inbox_claim('idle', 'old-' || g)) FROM generate_series(1, 5) g"),
 	0, 'and their redeliveries are duplicates');
 
@@ -201,7 +162,7 @@ $node->stop;
 sleep(14);
 $node->start;
 
-is( sql('postgres',
+is( $node->sql(
 		"SELECT count(*) FILTER (WHERE inbox_claim('down', 'old-' || g)) FROM generate_series(1, 5) g"),
 	0, 'after a downtime longer than the retention, redeliveries are duplicates');
 
@@ -215,8 +176,8 @@ my $kept_early = 1;
 while (time() - $resumed < 8)
 {
 	$n++;
-	sql('postgres', "SELECT inbox_claim('down', 'new-$n')");
-	my $left = count_entries('postgres', 'down', 'old-');
+	$node->sql("SELECT inbox_claim('down', 'new-$n')");
+	my $left = $node->count_entries('down', 'old-');
 	# Only meaningful if the check itself ran before the 12 s were up.
 	if (time() - $resumed < 8)
 	{
@@ -233,8 +194,8 @@ my $gone = 0;
 for my $i (1 .. 120)
 {
 	$n++;
-	sql('postgres', "SELECT inbox_claim('down', 'new-$n')");
-	if (count_entries('postgres', 'down', 'old-') == 0)
+	$node->sql("SELECT inbox_claim('down', 'new-$n')");
+	if ($node->count_entries('down', 'old-') == 0)
 	{
 		$gone = 1;
 		last;

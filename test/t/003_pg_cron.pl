@@ -26,7 +26,9 @@
 # boundaries, so each of the three scheduled phases waits up to a minute.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -40,12 +42,15 @@ my $readme_job = q{SELECT inbox_purge()};
 my $drain_job =
   q{DO $$BEGIN WHILE inbox_purge() > 0 LOOP COMMIT; END LOOP; END$$};
 
-my $node = PostgreSQL::Test::Cluster->new('pg_cron');
-$node->init;
+my $node = InboxTest->new('pg_cron');
+# Without pg_cron the server would not even start: skip, so that the other
+# files of the run still run.
+plan skip_all => 'pg_cron is not installed for this PostgreSQL'
+  unless $node->has_extension('pg_cron');
 my $host = $node->host;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'inbox,pg_cron'
+$node->setup_inbox(
+	preload => 'inbox,pg_cron',
+	conf => qq{
 cron.database_name = 'postgres'
 # Test nodes listen on a Unix socket only; pg_cron connects to localhost
 # by default.
@@ -60,47 +65,20 @@ deadlock_timeout = '10ms'
 # The backend type in every line, to tell the purgers apart.
 log_line_prefix = '%m [%p] %b %q%a '
 });
-$node->start;
-
-sub sql { return $node->safe_psql('postgres', @_); }
 
 # Wait until sessions started from now on see a reloaded setting.
 sub reload_and_wait
 {
 	my ($name, $value) = @_;
-	sql('SELECT pg_reload_conf()');
+	$node->sql('SELECT pg_reload_conf()');
 	$node->poll_query_until('postgres', "SHOW $name", $value)
 	  or die "$name did not become $value after a reload";
-}
-
-# Claim $n messages "$prefix<i>" in $scope (spread over $nscopes scopes
-# "$scope-<k>" if given), backdated by $age, in one transaction.
-sub claim_aged
-{
-	my ($scope, $prefix, $n, $age, $nscopes) = @_;
-	my $scope_expr =
-	  defined $nscopes ? "'$scope-' || (g % $nscopes)" : "'$scope'";
-	sql(qq{
-		BEGIN;
-		SELECT count(inbox_claim($scope_expr, '$prefix' || g)) FROM generate_series(1, $n) g;
-		UPDATE inbox.entries SET received_at = now() - interval '$age'
-		 WHERE scope LIKE '$scope%' AND message_id LIKE '$prefix%';
-		COMMIT;
-	});
-}
-
-sub count_entries
-{
-	my ($scope_like, $prefix) = @_;
-	return sql(
-		"SELECT count(*) FROM inbox.entries WHERE scope LIKE '$scope_like' AND message_id LIKE '$prefix%'"
-	);
 }
 
 sub rows_purged
 {
 	my ($scope_like) = @_;
-	return sql(
+	return $node->sql(
 		"SELECT coalesce(sum(rows_purged), 0) FROM inbox_stats WHERE scope LIKE '$scope_like'"
 	);
 }
@@ -109,7 +87,7 @@ sub rows_purged
 sub unschedule
 {
 	my ($jobid) = @_;
-	sql("SELECT cron.unschedule($jobid)");
+	$node->sql("SELECT cron.unschedule($jobid)");
 	$node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM cron.job_run_details WHERE jobid = $jobid AND status NOT IN ('succeeded', 'failed')"
 	) or die "a run of job $jobid did not finish";
@@ -120,29 +98,27 @@ sub unschedule
 sub bad_log_lines
 {
 	my ($offset) = @_;
-	my $log = slurp_file($node->logfile, $offset);
 	return grep { /still waiting for|deadlock detected|ERROR:|FATAL:|PANIC:|inbox purge stopped early|inbox launcher could not/ }
-	  split /\n/, $log;
+	  split /\n/, $node->log_since($offset);
 }
 
-sql('CREATE EXTENSION inbox');
-sql('CREATE EXTENSION pg_cron');
+$node->sql('CREATE EXTENSION pg_cron');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_cron launcher'"
 	),
 	'the pg_cron scheduler runs');
 
 # --- 1. SELECT inbox_purge() every minute --------------------------------------
-my $log_offset = -s $node->logfile;
+my $log_offset = $node->log_position;
 
-claim_aged('orders', 'old-', 200, '8 days');
-claim_aged('orders', 'keep-', 100, '6 days');
-claim_aged('orders', 'fresh-', 100, '0');
+$node->claim_aged('orders', 'old-', 200, '8 days');
+$node->claim_aged('orders', 'keep-', 100, '6 days');
+$node->claim_aged('orders', 'fresh-', 100, '0');
 
-my $job = sql(
+my $job = $node->sql(
 	"SELECT cron.schedule('inbox-purge', '* * * * *', \$job\$$readme_job\$job\$)"
 );
-is(sql("SELECT command FROM cron.job WHERE jobid = $job"),
+is($node->sql("SELECT command FROM cron.job WHERE jobid = $job"),
 	$readme_job, 'the README job is scheduled as written');
 
 ok( $node->poll_query_until('postgres',
@@ -154,41 +130,41 @@ ok( $node->poll_query_until('postgres',
 	),
 	'pg_cron recorded the run');
 unschedule($job);
-is( sql(
+is( $node->sql(
 		"SELECT string_agg(DISTINCT status, ',') FROM cron.job_run_details WHERE jobid = $job"
 	),
 	'succeeded',
 	'every run of the README job succeeded');
-is(count_entries('orders', 'keep-'),  100, 'entries inside the retention are kept');
-is(count_entries('orders', 'fresh-'), 100, 'new entries are kept');
+is($node->count_entries('orders', 'keep-'),  100, 'entries inside the retention are kept');
+is($node->count_entries('orders', 'fresh-'), 100, 'new entries are kept');
 is(rows_purged('orders'), 200, 'inbox_stats.rows_purged counts the 200 purged');
 is(join("\n", bad_log_lines($log_offset)), '',
 	'no lock wait and no error in the log while pg_cron purged');
 
 # --- 2. a backlog deeper than one round, drained in one run ----------------------
 # 3,000 expired entries at 50 per leaf: one round purges at most 8 x 50.
-sql('ALTER SYSTEM SET inbox.purge_batch_size = 50');
+$node->sql('ALTER SYSTEM SET inbox.purge_batch_size = 50');
 reload_and_wait('inbox.purge_batch_size', '50');
-$log_offset = -s $node->logfile;
+$log_offset = $node->log_position;
 
-claim_aged('backlog', 'old-', 3000, '8 days');
-claim_aged('backlog', 'keep-', 100, '6 days');
+$node->claim_aged('backlog', 'old-', 3000, '8 days');
+$node->claim_aged('backlog', 'keep-', 100, '6 days');
 
-my $one_round = sql('BEGIN; SELECT inbox_purge(); ROLLBACK;');
+my $one_round = $node->sql('BEGIN; SELECT inbox_purge(); ROLLBACK;');
 ok($one_round > 0 && $one_round <= 8 * 50,
 	"one round purges at most 8 x 50 of the 3,000 (it purged $one_round, rolled back)");
 
-$job = sql(
+$job = $node->sql(
 	"SELECT cron.schedule('inbox-purge-drain', '* * * * *', \$job\$$drain_job\$job\$)"
 );
-is(sql("SELECT command FROM cron.job WHERE jobid = $job"),
+is($node->sql("SELECT command FROM cron.job WHERE jobid = $job"),
 	$drain_job, 'the drain job is scheduled as written');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $job AND status IN ('succeeded', 'failed')"
 	),
 	'pg_cron ran the drain job');
 # In one snapshot: the runs so far, and what is left.
-my $state = sql(
+my $state = $node->sql(
 	qq{SELECT (SELECT count(*) FROM cron.job_run_details WHERE jobid = $job),
 			  (SELECT string_agg(status || ': ' || coalesce(return_message, ''), '; ')
 				 FROM cron.job_run_details WHERE jobid = $job),
@@ -198,7 +174,7 @@ is($state, '1|succeeded: DO|0',
 	'one run of the DO block drained all 3,000 expired entries (COMMIT inside DO works under pg_cron)'
 );
 unschedule($job);
-is(count_entries('backlog', 'keep-'), 100,
+is($node->count_entries('backlog', 'keep-'), 100,
 	'entries inside the retention are kept');
 is(rows_purged('backlog'), 3000,
 	'rows_purged counts the 3,000 once (not the rolled-back round)');
@@ -225,14 +201,14 @@ is(join("\n", bad_log_lines($log_offset)), '',
 # transaction, and what the worker had purged when the race began; the
 # rest of what inbox_stats counts was purged by the worker during the race.
 my $race_batch = 500;
-sql("ALTER SYSTEM SET inbox.purge_batch_size = $race_batch");
-sql('ALTER SYSTEM SET inbox.purge_naptime = 1');
+$node->sql("ALTER SYSTEM SET inbox.purge_batch_size = $race_batch");
+$node->sql('ALTER SYSTEM SET inbox.purge_naptime = 1');
 reload_and_wait('inbox.purge_batch_size', $race_batch);
-$log_offset = -s $node->logfile;
+$log_offset = $node->log_position;
 
-claim_aged('busy', 'old-', 50000, '8 days', 100);
-claim_aged('busy', 'keep-', 1000, '6 days', 100);
-sql(q{
+$node->claim_aged('busy', 'old-', 50000, '8 days', scopes => 100);
+$node->claim_aged('busy', 'keep-', 1000, '6 days', scopes => 100);
+$node->sql(q{
 	CREATE TABLE cron_rounds (round bigserial, purged bigint NOT NULL,
 							  at timestamptz NOT NULL DEFAULT clock_timestamp());
 	CREATE TABLE cron_race (started timestamptz NOT NULL, worker_purged bigint NOT NULL);
@@ -268,23 +244,23 @@ BEGIN
 		PERFORM pg_sleep(0.1);
 	END LOOP;
 END$$};
-$job = sql(
+$job = $node->sql(
 	"SELECT cron.schedule('inbox-purge-race', '* * * * *', \$job\$$race_job\$job\$)"
 );
 
 # a.
 ok($node->poll_query_until('postgres', 'SELECT count(*) > 0 FROM cron_rounds'),
 	'the cron job purged its first round');
-my $cron_first = sql('SELECT purged FROM cron_rounds ORDER BY round LIMIT 1');
+my $cron_first = $node->sql('SELECT purged FROM cron_rounds ORDER BY round LIMIT 1');
 ok($cron_first > 0 && $cron_first <= 8 * $race_batch,
 	"pg_cron purged one round alone: $cron_first rows");
 
 # b.
-sql('ALTER SYSTEM SET inbox.purge_enabled = on');
+$node->sql('ALTER SYSTEM SET inbox.purge_enabled = on');
 reload_and_wait('inbox.purge_enabled', 'on');
 ok($node->poll_query_until('postgres', 'SELECT count(*) > 0 FROM cron_race'),
 	'the cron job saw the worker purge');
-my $worker_first = sql('SELECT worker_purged FROM cron_race');
+my $worker_first = $node->sql('SELECT worker_purged FROM cron_race');
 ok($worker_first > 0,
 	"the worker purged while the cron job waited: $worker_first rows");
 
@@ -293,16 +269,16 @@ my $worker_seen = 0;
 my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 while (time() < $deadline)
 {
-	my ($seen, $left) = split /\|/, sql(
+	my ($seen, $left) = split /\|/, $node->sql(
 		q{SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'inbox purge'),
 				 (SELECT count(*) FROM inbox.entries WHERE scope LIKE 'busy-%' AND message_id LIKE 'old-%')});
 	$worker_seen += $seen;
 	last if $left == 0;
 	usleep(100_000);
 }
-is(count_entries('busy-%', 'old-'), 0,
+is($node->count_entries('busy-%', 'old-'), 0,
 	'every one of the 50,000 expired entries is gone');
-is(count_entries('busy-%', 'keep-'), 1000,
+is($node->count_entries('busy-%', 'keep-'), 1000,
 	'every entry inside the retention is kept');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) > 0 FROM cron.job_run_details WHERE jobid = $job AND status IN ('succeeded', 'failed')"
@@ -315,8 +291,8 @@ note "an 'inbox purge' backend was in pg_stat_activity at $worker_seen samples";
 $node->poll_query_until('postgres',
 	"SELECT coalesce(sum(rows_purged), 0) >= 50000 FROM inbox_stats WHERE scope LIKE 'busy-%'"
 );
-my $cron_total = sql('SELECT sum(purged) FROM cron_rounds');
-my ($cron_raced, $race_rounds, $race_secs) = split /\|/, sql(
+my $cron_total = $node->sql('SELECT sum(purged) FROM cron_rounds');
+my ($cron_raced, $race_rounds, $race_secs) = split /\|/, $node->sql(
 	q{SELECT coalesce(sum(purged), 0), count(*), extract(epoch FROM max(at) - min(started))::numeric(10,2)
 		FROM cron_rounds, cron_race WHERE at > started});
 note "pg_cron purged $cron_total rows, $cron_raced of them in $race_rounds rounds"
@@ -325,7 +301,7 @@ is(rows_purged('busy-%'), 50000,
 	'rows_purged totals exactly the 50,000 expired entries: none counted twice');
 cmp_ok(50000 - $cron_total, '>=', $worker_first,
 	'what pg_cron did not purge, the worker did, at least what it purged alone');
-is( sql(
+is( $node->sql(
 		"SELECT count(*) FROM cron.job_run_details WHERE status <> 'succeeded'"),
 	0,
 	'no pg_cron run failed');

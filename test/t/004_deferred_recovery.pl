@@ -11,24 +11,19 @@
 #     exactly once.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('deferred');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'inbox'
+my $node = InboxTest->node(
+	'deferred', conf => q{
 inbox.purge_enabled = off
 restart_after_crash = on
 });
-$node->start;
 
-sub sql { return $node->safe_psql('postgres', @_); }
-
-sql('CREATE EXTENSION inbox');
-sql(q{
+$node->sql(q{
 	CREATE TABLE shipments (message_id text, worker text);
 	SELECT count(inbox_receive('ship', 'm' || g, jsonb_build_object('n', g))) FROM generate_series(1, 5) g;
 	UPDATE inbox.entries SET received_at = received_at + (substr(message_id, 2)::int * interval '1 second');
@@ -40,58 +35,60 @@ my $taken = $worker->query_safe("SELECT message_id FROM inbox_take('ship')");
 is($taken, 'm1', 'the worker takes the oldest message');
 my $worker_pid = $worker->query_safe('SELECT pg_backend_pid()');
 
-is(sql("SELECT string_agg(message_id, ',') FROM inbox_take('ship', 10)"),
+is($node->sql("SELECT string_agg(message_id, ',') FROM inbox_take('ship', 10)"),
 	'm2,m3,m4,m5', 'another session gets the others, never the live worker\'s');
 # That session has ended too (safe_psql disconnects): its messages are free.
-is(sql("SELECT string_agg(message_id || ':' || attempts, ',') FROM inbox_take('ship', 10)"),
+is($node->sql("SELECT string_agg(message_id || ':' || attempts, ',') FROM inbox_take('ship', 10)"),
 	'm2:2,m3:2,m4:2,m5:2',
 	'messages of a session that disconnected are taken again at once, as a new attempt');
-is(sql("SELECT state FROM inbox.entries WHERE message_id = 'm1'"),
+is($node->sql("SELECT state FROM inbox.entries WHERE message_id = 'm1'"),
 	'r', 'the live worker still holds its message');
 
 # pg_terminate_backend ends the worker: its message is free at once.
-sql("SELECT pg_terminate_backend($worker_pid)");
+$node->sql("SELECT pg_terminate_backend($worker_pid)");
 $worker->quit;
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $worker_pid");
-is(sql("SELECT message_id || ':' || attempts FROM inbox_take('ship') WHERE message_id = 'm1'"),
+is($node->sql("SELECT message_id || ':' || attempts FROM inbox_take('ship') WHERE message_id = 'm1'"),
 	'm1:2', 'after pg_terminate_backend the message is taken again');
 
 # kill -9: the postmaster restarts every backend; the message survives the
 # crash as processing, and its owner is gone, so it is taken again.
-sql("SELECT inbox_receive('ship', 'crash-1', '{}'::jsonb)");
+$node->sql("SELECT inbox_receive('ship', 'crash-1', '{}'::jsonb)");
 my $victim = $node->background_psql('postgres', on_error_stop => 0);
 is($victim->query_safe("SELECT message_id FROM inbox_take('ship') WHERE message_id = 'crash-1'"),
 	'crash-1', 'a worker takes a message');
 my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
+my $offset = $node->log_position;
 kill 'KILL', $victim_pid;
+$node->wait_crash_restart($offset);
 $victim->quit;
-$node->poll_query_until('postgres', 'SELECT true');
-is(sql("SELECT state FROM inbox.entries WHERE message_id = 'crash-1'"),
+is($node->sql("SELECT state FROM inbox.entries WHERE message_id = 'crash-1'"),
 	'r', 'after the crash restart the message is still marked processing');
-is(sql("SELECT message_id || ':' || attempts FROM inbox_take('ship', 10) WHERE message_id = 'crash-1'"),
+is($node->sql("SELECT message_id || ':' || attempts FROM inbox_take('ship', 10) WHERE message_id = 'crash-1'"),
 	'crash-1:2', 'and the next take gets it, as attempt 2');
 
 # A message that kills its worker every time ends up dead.
-sql("SELECT inbox_set_max_attempts('poison', 3)");
-sql("SELECT inbox_receive('poison', 'p1', '{}'::jsonb)");
+$node->sql("SELECT inbox_set_max_attempts('poison', 3)");
+$node->sql("SELECT inbox_receive('poison', 'p1', '{}'::jsonb)");
 for my $round (1 .. 3)
 {
 	my $w = $node->background_psql('postgres', on_error_stop => 0);
 	$w->query_safe("SELECT message_id FROM inbox_take('poison')");
 	my $pid = $w->query_safe('SELECT pg_backend_pid()');
+	my $offset = $node->log_position;
 	kill 'KILL', $pid;
+	$node->wait_crash_restart($offset);
 	$w->quit;
-	$node->poll_query_until('postgres', 'SELECT true');
 }
-is(sql("SELECT count(*) FROM inbox_take('poison')"), 0,
+is($node->sql("SELECT count(*) FROM inbox_take('poison')"), 0,
 	'after its last attempt a message whose worker keeps dying is not taken again');
-is(sql("SELECT attempts || ':' || last_error FROM inbox_dead_letters WHERE message_id = 'p1'"),
+is($node->sql("SELECT attempts || ':' || last_error FROM inbox_dead_letters WHERE message_id = 'p1'"),
 	'3:worker lost during the last allowed attempt', 'it is a dead letter');
 
 # Nothing lost, nothing done twice: complete everything still open, one
 # effect per message in the transaction of its completion.
-sql(q{
+$node->sql(q{
 	CREATE FUNCTION drain() RETURNS integer LANGUAGE plpgsql AS $$
 	DECLARE
 		m record;
@@ -107,12 +104,12 @@ sql(q{
 });
 # Messages held by the sessions above are free now; m2..m5 were taken by a
 # session that has ended.
-is(sql('SELECT drain()'), 6, 'the remaining messages are taken and completed');
-is(sql("SELECT count(*) FROM inbox.entries WHERE scope = 'ship' AND state <> 'd'"),
+is($node->sql('SELECT drain()'), 6, 'the remaining messages are taken and completed');
+is($node->sql("SELECT count(*) FROM inbox.entries WHERE scope = 'ship' AND state <> 'd'"),
 	0, 'every received message ends done');
-is( sql(q{SELECT count(*) FROM (SELECT message_id FROM shipments GROUP BY 1 HAVING count(*) <> 1) d}),
+is( $node->sql(q{SELECT count(*) FROM (SELECT message_id FROM shipments GROUP BY 1 HAVING count(*) <> 1) d}),
 	0, 'exactly one effect per message');
-is(sql('SELECT count(DISTINCT message_id) FROM shipments'), 6, 'and none is missing');
+is($node->sql('SELECT count(DISTINCT message_id) FROM shipments'), 6, 'and none is missing');
 
 $node->stop;
 done_testing();

@@ -15,18 +15,15 @@
 # written or refused with a clear error, and the server reloads them.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('fuzz');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'inbox'\ninbox.purge_enabled = off\nrestart_after_crash = off\n");
-$node->start;
-my $log_offset = -s $node->logfile;
+my $node = InboxTest->node('fuzz', conf => "inbox.purge_enabled = off\nrestart_after_crash = off\n");
+my $log_offset = $node->log_position;
 
-$node->safe_psql('postgres', 'CREATE EXTENSION inbox');
 $node->safe_psql(
 	'postgres', q{
 CREATE TABLE fuzz_log (n int, call text, sqlstate text, message text);
@@ -244,9 +241,7 @@ is($node->safe_psql('postgres', 'SELECT 1'), 1, 'the server reloaded what was wr
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET ALL');
 $node->reload;
 
-my $log = substr(slurp_file($node->logfile), $log_offset);
-unlike($log, qr/terminated by signal|server process .* was terminated|PANIC/,
-	'the server never crashed');
+$node->no_crash_since($log_offset, 'the server never crashed');
 is($node->safe_psql('postgres', 'SELECT 1'), 1, 'and still answers');
 
 $node->stop;

@@ -30,19 +30,20 @@
 # Nothing here asserts how fast anything happens: conditions are polled.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest qw(invoice_payload);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 # Repetitions of each scenario, each with its own message ids
 my $runs = 5;
 
-my $node = PostgreSQL::Test::Cluster->new('faults');
 # Streaming allowed: synchronous replication needs WAL senders.
-$node->init(allows_streaming => 1);
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'inbox'
+my $node = InboxTest->node(
+	'faults',
+	init => { allows_streaming => 1 },
+	conf => q{
 inbox.purge_enabled = off
 # The test framework turns this off; the kill -9 below needs it.
 restart_after_crash = on
@@ -53,22 +54,10 @@ restart_after_crash = on
 synchronous_standby_names = 'ghost'
 synchronous_commit = local
 });
-$node->start;
 
-sub sql { return $node->safe_psql('postgres', @_); }
-
-sql(q{
-	CREATE EXTENSION inbox;
-
-	-- The effect.  No unique constraint: a second effect is a second row.
-	CREATE TABLE invoices (
-		message_id text NOT NULL,
-		number text,
-		customer text,
-		amount numeric NOT NULL CHECK (amount >= 0),
-		unit_price numeric
-	);
-
+# The effect, invoices, and the consumer of the README, consume_invoice
+$node->sql($InboxTest::invoice_consumer);
+$node->sql(q{
 	-- A commit-time check that a transaction can ask to hold: COMMIT then
 	-- waits for advisory lock 7007 before its commit record is written.
 	CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -80,20 +69,6 @@ sql(q{
 	END $$;
 	CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON invoices
 		DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();
-
-	-- The consumer of the README, called once per delivery
-	CREATE FUNCTION consume_invoice(message_id text, payload jsonb) RETURNS text
-	LANGUAGE plpgsql AS $$
-	BEGIN
-		IF NOT inbox_claim('billing', message_id, sha256(convert_to(payload::text, 'UTF8'))) THEN
-			RETURN 'duplicate';
-		END IF;
-		INSERT INTO invoices (message_id, number, customer, amount, unit_price)
-		VALUES (message_id, payload->>'number', payload->>'customer',
-				(payload->>'amount')::numeric,
-				(payload->>'amount')::numeric / nullif((payload->>'quantity')::numeric, 0));
-		RETURN 'applied';
-	END $$;
 
 	-- The same consumer before a bug fix: it divides by a quantity of 0.
 	CREATE FUNCTION consume_invoice_buggy(message_id text, payload jsonb) RETURNS text
@@ -110,36 +85,20 @@ sql(q{
 	END $$;
 });
 
-sub payload
-{
-	my ($id) = @_;
-	return qq({"number": "$id", "customer": "ACME", "amount": 120, "quantity": 0});
-}
-
 # One delivery through the consumer function, in its own transaction
 sub deliver
 {
 	my ($id) = @_;
-	return sql("BEGIN; SELECT consume_invoice('$id', '" . payload($id) . "'); COMMIT;");
+	return $node->sql("BEGIN; SELECT consume_invoice('$id', '" . invoice_payload($id) . "'); COMMIT;");
 }
 
 # What the database holds for a message, as seen by a new session
 sub state_of
 {
 	my ($id) = @_;
-	return sql(qq{
+	return $node->sql(qq{
 		SELECT 'entries ' || (SELECT count(*) FROM inbox_status('billing', '$id'))
 			|| ', effects ' || (SELECT count(*) FROM invoices WHERE message_id = '$id')});
-}
-
-# Wait until the postmaster has restarted everything after a backend crash
-# that happened after $offset in the log.
-sub wait_crash_restart
-{
-	my ($offset) = @_;
-	$node->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
-	$node->poll_query_until('postgres', 'SELECT true')
-	  or die 'the server did not come back after the crash';
 }
 
 # Wait for a session whose connection the server closed: psql exits by
@@ -169,7 +128,7 @@ sub tally
 	my ($scenario) = @_;
 	my @ids = @{ $ids{$scenario} };
 	my $list = join(',', map { "'$_'" } @ids);
-	my ($effects, $doubled, $lost) = split /\|/, sql(qq{
+	my ($effects, $doubled, $lost) = split /\|/, $node->sql(qq{
 		SELECT coalesce(sum(n), 0), count(*) FILTER (WHERE n > 1), count(*) FILTER (WHERE n = 0)
 		  FROM (SELECT (SELECT count(*) FROM invoices WHERE message_id = id) AS n
 				  FROM unnest(ARRAY[$list]) AS id) c});
@@ -187,11 +146,11 @@ for my $run (1 .. $runs)
 	my $s = $node->background_psql('postgres', on_error_stop => 0);
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe('BEGIN');
-	is($s->query_safe("SELECT consume_invoice('$id', '" . payload($id) . "')"),
+	is($s->query_safe("SELECT consume_invoice('$id', '" . invoice_payload($id) . "')"),
 		'applied', "$id: claimed and applied, not committed");
-	my $offset = -s $node->logfile;
+	my $offset = $node->log_position;
 	kill 'KILL', $pid;
-	wait_crash_restart($offset);
+	$node->wait_crash_restart($offset);
 	$s->quit;
 
 	is(state_of($id), 'entries 0, effects 0',
@@ -213,7 +172,7 @@ for my $run (1 .. $runs)
 	is(deliver($id), 'duplicate', "$id: after crash recovery the redelivery is a duplicate");
 	my ($rc, $out, $err) = $node->psql('postgres',
 		"\\set VERBOSITY verbose\nSET inbox.on_duplicate = raise;\n"
-		  . "BEGIN; SELECT consume_invoice('$id', '" . payload($id) . "'); COMMIT;");
+		  . "BEGIN; SELECT consume_invoice('$id', '" . invoice_payload($id) . "'); COMMIT;");
 	like($err, qr/ERROR:\s+IB001:/,
 		"$id: with inbox.on_duplicate = raise the redelivery raises IB001");
 	is(state_of($id), 'entries 1, effects 1', "$id: one claim, one effect");
@@ -226,7 +185,7 @@ for my $run (1 .. $runs)
 	# The consumer function: the effect divides by zero after the claim.
 	my $id = new_id('business-error-function', $run);
 	my ($rc, $out, $err) = $node->psql('postgres',
-		"BEGIN; SELECT consume_invoice_buggy('$id', '" . payload($id) . "'); COMMIT;");
+		"BEGIN; SELECT consume_invoice_buggy('$id', '" . invoice_payload($id) . "'); COMMIT;");
 	ok($rc != 0 && $err =~ /division by zero/,
 		"$id: the effect fails after the claim (division by zero)");
 	is(state_of($id), 'entries 0, effects 0',
@@ -280,7 +239,7 @@ sub blocked_commit
 		? 'SET synchronous_commit = on'
 		: 'SET fault.hold_commit = on');
 	$s->query_safe('BEGIN');
-	my $result = $s->query_safe("SELECT consume_invoice('$id', '" . payload($id) . "')");
+	my $result = $s->query_safe("SELECT consume_invoice('$id', '" . invoice_payload($id) . "')");
 	die "$id: the first delivery was not applied: $result" if $result ne 'applied';
 	my $xid = $s->query_safe('SELECT pg_current_xact_id()::xid');
 	$s->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
@@ -313,7 +272,7 @@ sub release_holder
 sub recover_uncertain
 {
 	my ($id) = @_;
-	return 'ack' if sql("SELECT count(*) FROM inbox_status('billing', '$id')") == 1;
+	return 'ack' if $node->sql("SELECT count(*) FROM inbox_status('billing', '$id')") == 1;
 	return deliver($id);
 }
 
@@ -323,13 +282,13 @@ sub recover_uncertain
 sub recover_in_flight
 {
 	my ($id, $old_xid, $release) = @_;
-	is(sql("SELECT count(*) FROM inbox_status('billing', '$id')"), 0,
+	is($node->sql("SELECT count(*) FROM inbox_status('billing', '$id')"), 0,
 		"$id: no row yet while the old transaction is in flight");
 	my $r = $node->background_psql('postgres');
 	$r->set_query_timer_restart;
 	my $rpid = $r->query_safe('SELECT pg_backend_pid()');
 	$r->query_until(qr/redelivering/,
-		"\\echo redelivering\nBEGIN;\nSELECT consume_invoice('$id', '" . payload($id) . "');\n");
+		"\\echo redelivering\nBEGIN;\nSELECT consume_invoice('$id', '" . invoice_payload($id) . "');\n");
 	ok( $node->poll_query_until(
 			'postgres', qq{
 		SELECT count(*) = 1
@@ -349,7 +308,7 @@ for my $run (1 .. $runs)
 	# client is never told that COMMIT succeeded.
 	my $id = new_id('uncertain-committed', $run);
 	my ($s, $pid, $xid) = blocked_commit($id, 'syncrep');
-	sql("SELECT pg_terminate_backend($pid)");
+	$node->sql("SELECT pg_terminate_backend($pid)");
 	my ($rc, $err) = session_lost($s);
 	ok($rc != 0 && $err =~ /canceling the wait for synchronous replication and terminating connection/,
 		"$id: the connection drops during COMMIT, after the commit record");
@@ -362,7 +321,7 @@ for my $run (1 .. $runs)
 	$id = new_id('uncertain-aborted', $run);
 	my $h = lock_holder();
 	($s, $pid, $xid) = blocked_commit($id, 'trigger');
-	sql("SELECT pg_terminate_backend($pid)");
+	$node->sql("SELECT pg_terminate_backend($pid)");
 	($rc, $err) = session_lost($s);
 	ok($rc != 0 && $err =~ /terminating connection due to administrator command/,
 		"$id: the connection drops during COMMIT, before the commit record");
@@ -374,9 +333,9 @@ for my $run (1 .. $runs)
 	# recovery replays the commit.
 	$id = new_id('uncertain-crash-committed', $run);
 	($s, $pid, $xid) = blocked_commit($id, 'syncrep');
-	my $offset = -s $node->logfile;
+	my $offset = $node->log_position;
 	kill 'KILL', $pid;
-	wait_crash_restart($offset);
+	$node->wait_crash_restart($offset);
 	session_lost($s);
 	is(recover_uncertain($id), 'ack', "$id: after the crash inbox_status has the row: ack");
 	is(state_of($id), 'entries 1, effects 1', "$id: one claim, one effect");
@@ -385,9 +344,9 @@ for my $run (1 .. $runs)
 	$id = new_id('uncertain-crash-aborted', $run);
 	$h = lock_holder();
 	($s, $pid, $xid) = blocked_commit($id, 'trigger');
-	$offset = -s $node->logfile;
+	$offset = $node->log_position;
 	kill 'KILL', $pid;
-	wait_crash_restart($offset);
+	$node->wait_crash_restart($offset);
 	session_lost($s);
 	$h->quit;    # its connection went with the crash
 	is(recover_uncertain($id), 'applied', "$id: after the crash there is no row: processed again");
@@ -400,7 +359,7 @@ for my $run (1 .. $runs)
 	$s->{run}->kill_kill;
 	is( recover_in_flight(
 			$id, $xid,
-			sub { sql("SELECT pg_cancel_backend($pid)"); }),
+			sub { $node->sql("SELECT pg_cancel_backend($pid)"); }),
 		'duplicate',
 		"$id: the old transaction committed: the waiting claim returns false");
 	is(state_of($id), 'entries 1, effects 1', "$id: one claim, one effect");
@@ -413,7 +372,7 @@ for my $run (1 .. $runs)
 	$s->{run}->kill_kill;
 	is( recover_in_flight(
 			$id, $xid,
-			sub { sql("SELECT pg_terminate_backend($pid)"); }),
+			sub { $node->sql("SELECT pg_terminate_backend($pid)"); }),
 		'applied',
 		"$id: the old transaction aborted: the waiting claim returns true");
 	is(state_of($id), 'entries 1, effects 1', "$id: one claim, one effect");
@@ -426,7 +385,7 @@ for my $run (1 .. $runs)
 }
 tally($_) for grep { /^(uncertain|in-flight)/ } @order;
 
-is(sql('SELECT count(*) FROM invoices'), scalar(map { @{ $ids{$_} } } @order),
+is($node->sql('SELECT count(*) FROM invoices'), scalar(map { @{ $ids{$_} } } @order),
 	'in all, one effect per message and no stray effect');
 
 $node->stop;

@@ -30,18 +30,14 @@
 # Nothing here asserts how fast anything happens: conditions are polled.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest qw(invoice_payload);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $messages = 500;    # delivered before the crash, m1 .. m500
 my $lagging = 50;      # async: the last ones, acked while the standby is cut off
-
-sub payload
-{
-	my ($id) = @_;
-	return qq({"number": "$id", "customer": "ACME", "amount": 120});
-}
 
 # The consumer: one transaction per delivery.  Returns 'applied' or
 # 'duplicate' once COMMIT has returned (the message may then be acked), and
@@ -50,7 +46,7 @@ sub deliver
 {
 	my ($session, $id) = @_;
 	my ($out, $failed) = $session->query(
-		"BEGIN;\nSELECT consume_invoice('$id', '" . payload($id) . "');\nCOMMIT;");
+		"BEGIN;\nSELECT consume_invoice('$id', '" . invoice_payload($id) . "');\nCOMMIT;");
 	return $failed ? undef : $out;
 }
 
@@ -76,34 +72,15 @@ sub failover
 	my ($mode) = @_;
 	my $sync = $mode eq 'sync';
 
-	my $primary = PostgreSQL::Test::Cluster->new("${mode}_primary");
-	$primary->init(allows_streaming => 1);
-	$primary->append_conf(
-		'postgresql.conf', q{
-shared_preload_libraries = 'inbox'
-inbox.purge_enabled = off
-synchronous_commit = on
-});
-	$primary->start;
-	$primary->safe_psql(
-		'postgres', q{
-		CREATE EXTENSION inbox;
-		-- No unique constraint: a second effect is a second row.
-		CREATE TABLE invoices (message_id text NOT NULL, number text, customer text, amount numeric);
-		CREATE FUNCTION consume_invoice(message_id text, payload jsonb) RETURNS text
-		LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NOT inbox_claim('billing', message_id, sha256(convert_to(payload::text, 'UTF8'))) THEN
-				RETURN 'duplicate';
-			END IF;
-			INSERT INTO invoices (message_id, number, customer, amount)
-			VALUES (message_id, payload->>'number', payload->>'customer', (payload->>'amount')::numeric);
-			RETURN 'applied';
-		END $$;
-	});
+	my $primary = InboxTest->node(
+		"${mode}_primary",
+		init => { allows_streaming => 1 },
+		conf => "inbox.purge_enabled = off\nsynchronous_commit = on\n");
+	# The effect, invoices, and the consumer of the README, consume_invoice
+	$primary->sql($InboxTest::invoice_consumer);
 
 	$primary->backup('base');
-	my $standby = PostgreSQL::Test::Cluster->new("${mode}_standby");
+	my $standby = InboxTest->new("${mode}_standby");
 	$standby->init_from_backup($primary, 'base', has_streaming => 1);
 	$standby->start;
 	# Synchronous from now on; the setting is not in the standby's copy of
@@ -140,7 +117,7 @@ synchronous_commit = on
 	# effect done, no COMMIT yet.
 	my $open = $primary->background_psql('postgres', on_error_stop => 0);
 	$open->query_safe('BEGIN');
-	is($open->query_safe("SELECT consume_invoice('$in_flight[0]', '" . payload($in_flight[0]) . "')"),
+	is($open->query_safe("SELECT consume_invoice('$in_flight[0]', '" . invoice_payload($in_flight[0]) . "')"),
 		'applied', "$mode: a transaction in flight has claimed $in_flight[0] and applied its effect");
 	$deliver_range->(int($last_streamed / 2) + 1, $last_streamed);
 	$primary->wait_for_catchup($standby, 'replay');
@@ -159,7 +136,7 @@ synchronous_commit = on
 		# commit record: committed on the primary, not acked.
 		$consumer->query_until(qr/delivering/,
 			"\\echo delivering\nBEGIN;\nSELECT consume_invoice('$in_flight[1]', '"
-			  . payload($in_flight[1]) . "');\nCOMMIT;\n");
+			  . invoice_payload($in_flight[1]) . "');\nCOMMIT;\n");
 		ok( $primary->poll_query_until('postgres',
 				"SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep'"),
 			"sync: the COMMIT of $in_flight[1] waits for the standby");

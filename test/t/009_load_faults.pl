@@ -36,16 +36,15 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
-use LoadTest;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my ($node, $log_offset) = LoadTest::start_node('load_faults');
+my ($node, $log_offset) = InboxTest->load_node('load_faults');
 
 # Run the driver: 40 s of load, then a drain of what was not acked.
-my %r = LoadTest::run_driver(
-	$node,
+my %r = $node->run_load_driver(
 	[
 		'--mode' => 'claim',
 		'--scope' => 'billing',
@@ -83,17 +82,16 @@ cmp_ok($r{kills}, '>=', 3, 'at least 3 consumer backends were killed with kill -
 cmp_ok($r{purged}, '>', 0, 'the purge worker deleted entries of this run while it went on');
 
 # The same facts, from the database rather than from the driver
-sub sql { return $node->safe_psql('postgres', @_); }
-is( sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
+is( $node->sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
 			WHERE scope = 'billing' GROUP BY message_id HAVING count(*) > 1) AS d}),
 	0, 'the effects table has no message with two effects');
-is(sql(q{SELECT count(DISTINCT message_id) FROM inbox_load_effects WHERE scope = 'billing'}),
+is($node->sql(q{SELECT count(DISTINCT message_id) FROM inbox_load_effects WHERE scope = 'billing'}),
 	$r{delivered_ids}, 'it has one effect for each delivered id');
 # The purge goes on after the driver counted: entries left can only be fewer.
-cmp_ok(sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'billing'}),
+cmp_ok($node->sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'billing'}),
 	'<=', $r{delivered_ids} - $r{purged},
 	'inbox.entries agrees: at most delivered - purged entries are left');
-LoadTest::check_aftermath($node, $log_offset);
+$node->check_load_aftermath($log_offset);
 
 $node->stop;
 done_testing();

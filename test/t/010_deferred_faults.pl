@@ -38,17 +38,16 @@
 use strict;
 use warnings;
 use FindBin;
-use lib "$FindBin::RealBin/../faults";
-use LoadTest;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my ($node, $log_offset) = LoadTest::start_node('deferred_faults', "inbox.max_attempts = 3\n");
+my ($node, $log_offset) = InboxTest->load_node('deferred_faults', "inbox.max_attempts = 3\n");
 
 # 40 s of load; then the receivers deliver what was not acked, and the
 # workers go on until every received message is done or dead.
-my %r = LoadTest::run_driver(
-	$node,
+my %r = $node->run_load_driver(
 	[
 		'--mode' => 'deferred',
 		'--scope' => 'shipping',
@@ -99,19 +98,18 @@ cmp_ok($r{lost_in_hand}, '>=', 1, 'workers lost messages they held to the kills'
 cmp_ok($r{purged}, '>', 0, 'the purge worker deleted done entries while the load went on');
 
 # The same facts, from the database rather than from the driver
-sub sql { return $node->safe_psql('postgres', @_); }
-is( sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
+is( $node->sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
 			WHERE scope = 'shipping' GROUP BY message_id HAVING count(*) > 1) AS d}),
 	0, 'the effects table has no message with two effects');
-is( sql(q{SELECT count(*) FROM inbox.entries AS e
+is( $node->sql(q{SELECT count(*) FROM inbox.entries AS e
 			CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
 								 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
 			WHERE e.scope = 'shipping'
 			  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
 	0, 'every entry left is done with an effect, or dead without one');
-is(sql(q{SELECT count(*) FROM inbox_dead_letters WHERE scope = 'shipping'}),
+is($node->sql(q{SELECT count(*) FROM inbox_dead_letters WHERE scope = 'shipping'}),
 	$r{dead}, 'inbox_dead_letters lists the dead ones');
-LoadTest::check_aftermath($node, $log_offset);
+$node->check_load_aftermath($log_offset);
 
 $node->stop;
 done_testing();

@@ -1,0 +1,286 @@
+# test/perl/InboxTest.pm - what the TAP files under test/t share.
+#
+# InboxTest is a PostgreSQL::Test::Cluster with the helpers each file used
+# to define for itself: a node that preloads the library and has the
+# extension (InboxTest->node), SQL in database postgres ($node->sql),
+# entries claimed and backdated, counted, the purge launcher, the server log
+# since a point and the crash checks on it, waiting for a crash restart,
+# and the load driver of the fault-injection tests (test/faults/load.pl)
+# with the checks of what came after it.  The consumer of the README,
+# which the fault tests drive, is here too.
+#
+# A TAP file finds it beside its own directory, so that prove needs no -I
+# flag, whoever runs it and from where:
+#
+#   use FindBin;
+#   use lib "$FindBin::RealBin/../perl";
+#   use InboxTest;
+package InboxTest;
+
+use strict;
+use warnings;
+use Exporter qw(import);
+use File::Basename ();
+use IPC::Run ();
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils ();
+use Test::More ();
+
+# PostgreSQL::Test::Cluster->new blesses into the class it is called on.
+# Nothing is imported into this package: an imported function would hide
+# the Cluster method of the same name (PostgreSQL::Test::Utils exports
+# command_ok, Cluster has a command_ok method that sets up the node's
+# environment first), so Test::More and the framework are called by their
+# full names.
+our @ISA = ('PostgreSQL::Test::Cluster');
+our @EXPORT_OK = qw(invoice_payload);
+
+# --- the node ------------------------------------------------------------------
+
+# A started node, set up as setup_inbox says.
+sub node
+{
+	my ($class, $name, %opts) = @_;
+	return $class->new($name)->setup_inbox(%opts);
+}
+
+# Initialise and start the node, and create the extension in database
+# postgres.  Options:
+#   conf       lines appended to postgresql.conf
+#   preload    shared_preload_libraries: 'inbox' unless given ('' for none)
+#   extension  0 to leave the extension uncreated
+#   init       a hash ref of options for init (allows_streaming => 1)
+# Returns the node, so that new and setup_inbox can be chained.
+sub setup_inbox
+{
+	my ($self, %opts) = @_;
+	my $preload = $opts{preload} // 'inbox';
+	$self->init(%{ $opts{init} // {} });
+	$self->append_conf('postgresql.conf',
+		($preload eq '' ? '' : "shared_preload_libraries = '$preload'\n")
+		  . ($opts{conf} // ''));
+	$self->start;
+	$self->sql('CREATE EXTENSION inbox') if $opts{extension} // 1;
+	return $self;
+}
+
+# True when the extension $name is installed for the PostgreSQL this node
+# runs: its control file in the share directory and its library, so that a
+# test that needs it can skip instead of failing to start the server.
+sub has_extension
+{
+	my ($self, $name) = @_;
+	my ($sharedir, $pkglibdir) = $self->config_data('--sharedir', '--pkglibdir');
+	return -f "$sharedir/extension/$name.control" && -f "$pkglibdir/$name.so";
+}
+
+# SQL in database postgres, which every test uses most; other databases
+# go through safe_psql.
+sub sql
+{
+	my ($self, $query) = @_;
+	return $self->safe_psql('postgres', $query);
+}
+
+# --- entries ---------------------------------------------------------------------
+
+# Claim $n messages "$prefix<i>" in $scope, then backdate them by $age, in
+# one transaction.  Options: db (default postgres); scopes => $k spreads
+# them over the $k scopes "$scope-0" .. "$scope-<k-1>".
+sub claim_aged
+{
+	my ($self, $scope, $prefix, $n, $age, %opts) = @_;
+	my ($scope_expr, $scope_match) =
+	  defined $opts{scopes}
+	  ? ("'$scope-' || (g % $opts{scopes})", "LIKE '$scope-%'")
+	  : ("'$scope'", "= '$scope'");
+	$self->safe_psql(
+		$opts{db} // 'postgres', qq{
+		BEGIN;
+		SELECT count(inbox_claim($scope_expr, '$prefix' || g)) FROM generate_series(1, $n) g;
+		UPDATE inbox.entries SET received_at = now() - interval '$age'
+		 WHERE scope $scope_match AND message_id LIKE '$prefix%';
+		COMMIT;
+	});
+}
+
+# The entries of the scopes matching the LIKE pattern $scope whose ids
+# start with $prefix.  Option: db (default postgres).
+sub count_entries
+{
+	my ($self, $scope, $prefix, %opts) = @_;
+	return $self->safe_psql($opts{db} // 'postgres',
+		"SELECT count(*) FROM inbox.entries WHERE scope LIKE '$scope' AND message_id LIKE '$prefix%'"
+	);
+}
+
+# --- the purge launcher ----------------------------------------------------------
+
+sub launcher_pid
+{
+	my ($self) = @_;
+	return $self->sql(
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'inbox launcher'");
+}
+
+# Wait until exactly one launcher runs, one other than $old_pid if given
+# (the launcher was stopped and must have been started again).  True if it
+# did before the framework's timeout.
+sub wait_for_launcher
+{
+	my ($self, $old_pid) = @_;
+	return $self->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'inbox launcher'"
+		  . (defined $old_pid ? " AND pid <> $old_pid" : ''));
+}
+
+# --- the server log --------------------------------------------------------------
+
+# Where the log ends now: checks read only what is written after it.
+sub log_position
+{
+	my ($self) = @_;
+	return -s $self->logfile;
+}
+
+sub log_since
+{
+	my ($self, $offset) = @_;
+	return PostgreSQL::Test::Utils::slurp_file($self->logfile, $offset);
+}
+
+# What the log shows when a backend crashed or the server panicked.
+our $crash_pattern =
+  qr/terminated by signal|server process .* was terminated|all server processes terminated|PANIC/;
+
+# The test: nothing crashed since $offset.
+sub no_crash_since
+{
+	my ($self, $offset, $name) = @_;
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return Test::More::unlike($self->log_since($offset), $crash_pattern, $name);
+}
+
+# Wait until the postmaster has restarted everything after a backend crash
+# that happened after $offset in the log.  Polling for a connection alone
+# could succeed before the postmaster has even noticed the crash.
+sub wait_crash_restart
+{
+	my ($self, $offset) = @_;
+	$self->wait_for_log(qr/all server processes terminated; reinitializing/, $offset);
+	$self->poll_query_until('postgres', 'SELECT true')
+	  or die 'the server did not come back after the crash';
+}
+
+# --- the consumer of the README -------------------------------------------------
+
+# The business table and the README's consumer function, which
+# test/t/007_faults.pl and test/t/008_failover.pl drive.  The table has no
+# unique constraint, so a second effect is a second row.  amount has a
+# CHECK and unit_price divides by the quantity, so that a consumer can be
+# made to fail after its claim.
+our $invoice_consumer = q{
+	CREATE TABLE invoices (
+		message_id text NOT NULL,
+		number text,
+		customer text,
+		amount numeric NOT NULL CHECK (amount >= 0),
+		unit_price numeric
+	);
+
+	-- The consumer of the README, called once per delivery
+	CREATE FUNCTION consume_invoice(message_id text, payload jsonb) RETURNS text
+	LANGUAGE plpgsql AS $$
+	BEGIN
+		IF NOT inbox_claim('billing', message_id, sha256(convert_to(payload::text, 'UTF8'))) THEN
+			RETURN 'duplicate';
+		END IF;
+		INSERT INTO invoices (message_id, number, customer, amount, unit_price)
+		VALUES (message_id, payload->>'number', payload->>'customer',
+				(payload->>'amount')::numeric,
+				(payload->>'amount')::numeric / nullif((payload->>'quantity')::numeric, 0));
+		RETURN 'applied';
+	END $$;
+};
+
+# The message with id $id, as the broker delivers it to consume_invoice
+sub invoice_payload
+{
+	my ($id) = @_;
+	return qq({"number": "$id", "customer": "ACME", "amount": 120, "quantity": 0});
+}
+
+# --- the load driver of the fault-injection tests ----------------------------------
+
+my $load_driver = File::Basename::dirname(__FILE__) . '/../faults/load.pl';
+
+# A started node set up for test/faults/load.pl, and the log offset its
+# checks start from.  $extra_conf is appended to the shared settings.
+sub load_node
+{
+	my ($class, $name, $extra_conf) = @_;
+	my $node = $class->node(
+		$name, conf => q{
+# The test framework turns this off; the kill -9 of the load needs it.
+restart_after_crash = on
+# The framework logs every statement; the log is read for errors instead.
+log_statement = none
+max_connections = 60
+inbox.purge_enabled = on
+inbox.purge_naptime = 1
+inbox.retention = 10
+inbox.idle_threshold = '1h'
+} . ($extra_conf // ''));
+	return ($node, $node->log_position);
+}
+
+# Run the driver against the node with the given options; assert that it
+# found the run consistent and printed its report; return the report's
+# fields (the names in @$expected default to -1 when missing, so that every
+# later assertion on them fails instead of warning).
+sub run_load_driver
+{
+	my ($self, $options, $expected) = @_;
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my @cmd = ($^X, $load_driver, '--connstr' => $self->connstr('postgres'), @$options);
+	my ($out, $err) = ('', '');
+	my $ran = eval {
+		IPC::Run::run(\@cmd, '<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(170));
+	};
+	my $status = $?;
+	Test::More::diag("driver: $@") if $@;
+	Test::More::ok($ran && $status == 0, 'the load driver finds the run consistent (exit status 0)')
+	  or Test::More::diag("exit status $status\nstdout:\n$out\nstderr:\n$err");
+
+	my ($report) = $out =~ /^(inbox-load: .*)$/m;
+	Test::More::ok(defined $report, 'the driver prints its report line');
+	$report //= '';
+	Test::More::note($report);
+	my %r = $report =~ /(\w+)=(\S+)/g;
+	$r{$_} //= -1 for @$expected;
+	return %r;
+}
+
+# After the load: the purge launcher is back after the crash restarts, the
+# log shows at least 3 kill -9s, and no other error.
+sub check_load_aftermath
+{
+	my ($self, $log_offset) = @_;
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	Test::More::ok($self->wait_for_launcher, 'the purge launcher runs again after the crash restarts');
+
+	my $log = $self->log_since($log_offset);
+	my $crashes = () = $log =~ /server process \(PID \d+\) was terminated by signal 9/g;
+	Test::More::cmp_ok($crashes, '>=', 3, "the log shows the kill -9s ($crashes crash restarts)");
+	my @unexpected = grep {
+		/\b(ERROR|FATAL|PANIC|WARNING):|terminated by signal (?!9\b)|exited with exit code [^0]/
+		  && !/FATAL:  the database system is (in recovery mode|not yet accepting connections|starting up)/
+	} split /\n/, $log;
+	Test::More::is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
+	  or Test::More::diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+}
+
+1;
