@@ -31,8 +31,11 @@ my $latest = $node->sql(
 # --- update from the first release, one version at a time -------------------
 $node->sql('CREATE DATABASE up');
 $node->safe_psql('up', "CREATE EXTENSION inbox VERSION '0.1.0'");
+# This library serves the SQL of 0.4.0 and later only (013 checks the
+# refusal), so the history of 0.1.0 is written as its claims wrote it.
 $node->safe_psql('up', q{
-	SELECT count(inbox_claim('billing', 'INV-' || g, sha256(convert_to(g::text, 'UTF8'))))
+	INSERT INTO inbox.entries (scope, message_id, payload_hash)
+	SELECT 'billing', 'INV-' || g, sha256(convert_to(g::text, 'UTF8'))
 	FROM generate_series(1, 500) g;
 });
 my $before = $node->safe_psql('up',
@@ -64,6 +67,7 @@ for my $version (@steps)
 		),
 		$before,
 		"every entry is kept, unchanged, by the update to $version");
+	next if $version lt '0.4.0';
 	is( $node->safe_psql('up',
 			"SELECT count(*) FILTER (WHERE inbox_claim('billing', 'INV-' || g, sha256(convert_to(g::text, 'UTF8')))) FROM generate_series(1, 500) g"
 		),
@@ -86,7 +90,7 @@ is( $node->safe_psql('up',
 $node->sql('CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION inbox');
 my $objects = q{
-	SELECT string_agg(pg_describe_object(classid, objid, objsubid), E'\n' ORDER BY 1)
+	SELECT string_agg(pg_describe_object(classid, objid, objsubid), E'\n' ORDER BY pg_describe_object(classid, objid, objsubid))
 	FROM pg_depend
 	WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
 	  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'inbox')

@@ -22,7 +22,7 @@ my $node = InboxTest->node('versions', preload => '');
 
 # A fresh session has not loaded the library: the value is stored unchecked.
 $node->sql(q{ALTER DATABASE postgres SET inbox.retention = '30 days'});
-is($node->sql('SELECT extract(epoch FROM retention) / 86400 FROM inbox.settings()'),
+is($node->sql('SELECT (extract(epoch FROM retention) / 86400)::int FROM inbox.settings()'),
 	'30', "a retention stored as '30 days' before the library loads means 30 days");
 
 $node->sql(q{ALTER DATABASE postgres SET inbox.retention = 'a month or so'});
