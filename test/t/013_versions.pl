@@ -20,14 +20,24 @@ use Test::More;
 # --- settings stored before the library is loaded ---------------------------------
 my $node = InboxTest->node('versions', preload => '');
 
+# A session that has not loaded the library takes any inbox.* value, which
+# is checked only when the library loads.
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{SET inbox.retention = '2 weeks'; SELECT (extract(epoch FROM retention) / 86400)::int FROM inbox.settings()});
+is($out, '14', "a retention SET as '2 weeks' before the library loads means 14 days");
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET inbox.retention = 'a fortnight'; SELECT inbox_purge()});
+like($err, qr/ERROR:  invalid value for parameter "inbox.retention": "a fortnight"/,
+	'one that does not parse stops inbox_purge(), rather than leave the default in force');
+
 # A fresh session has not loaded the library: the value is stored unchecked.
 $node->sql(q{ALTER DATABASE postgres SET inbox.retention = '30 days'});
 is($node->sql('SELECT (extract(epoch FROM retention) / 86400)::int FROM inbox.settings()'),
 	'30', "a retention stored as '30 days' before the library loads means 30 days");
 
 $node->sql(q{ALTER DATABASE postgres SET inbox.retention = 'a month or so'});
-my ($rc, $out, $err) = $node->psql('postgres', 'SELECT inbox_purge()');
-like($err, qr/invalid value for parameter "inbox.retention": "a month or so"/,
+($rc, $out, $err) = $node->psql('postgres', 'SELECT inbox_purge()');
+like($err, qr/ERROR:  invalid value for parameter "inbox.retention": "a month or so"/,
 	'one that does not parse stops inbox_purge()');
 like($err, qr/The purge does not run while it is in force/, 'and says why');
 is($node->sql(q{SELECT retention IS NULL FROM inbox.settings()}),
@@ -43,7 +53,7 @@ inbox.purge_naptime = 1
 });
 $node->restart;
 ($rc, $out, $err) = $node->psql('postgres', 'SELECT inbox_purge()');
-like($err, qr/invalid value for parameter "inbox.retention"/,
+like($err, qr/ERROR:  invalid value for parameter "inbox.retention"/,
 	'with the preload, inbox_purge() refuses the stored value as well');
 ok($node->wait_for_log(qr/inbox purge stopped early: invalid value for parameter "inbox.retention"/, $log),
 	'and the worker refuses to purge, in the log');
