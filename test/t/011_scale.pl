@@ -39,7 +39,7 @@ $purger->query_safe('BEGIN');
 my $purged = $purger->query('SELECT inbox_purge()');
 is($purged, $scopes, "one inbox_purge() purges an entry in each of $scopes scopes");
 my $locks = $purger->query('SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()');
-cmp_ok($locks, '<', 100, "and holds a few locks, not one per scope ($locks)");
+ok($locks =~ /^\d+$/ && $locks < 100, "and holds a few locks, not one per scope ($locks)");
 is( $node->sql(q{
 		SELECT count(*) FILTER (WHERE inbox_claim('meanwhile-' || g, 'm-1'))
 		FROM generate_series(1, 1000) g
