@@ -85,6 +85,27 @@ AS 'MODULE_PATHNAME', 'inbox_purge_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+-- Batch claims
+CREATE FUNCTION inbox.inbox_claim_many(scope text, message_ids text[],
+									   payload_hashes bytea[] DEFAULT NULL,
+									   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_claim_many_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+CREATE FUNCTION @extschema@.inbox_claim_many(scope text, message_ids text[],
+											 payload_hashes bytea[] DEFAULT NULL,
+											 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) IS
+'claim a batch of messages in the current transaction: one row per id, claimed, duplicate or (on_mismatch => ''return'') mismatch';
+COMMENT ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
+
 -- New internal functions
 CREATE FUNCTION inbox.limits(OUT scope_bytes integer, OUT message_id_bytes integer,
 							 OUT payload_hash_bytes integer)

@@ -608,6 +608,14 @@ AS 'MODULE_PATHNAME', 'inbox_claim_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+CREATE FUNCTION inbox.inbox_claim_many(scope text, message_ids text[],
+									   payload_hashes bytea[] DEFAULT NULL,
+									   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_claim_many_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION inbox.inbox_status(scope text, message_id text,
 								   OUT received_at timestamptz,
 								   OUT payload_hash bytea,
@@ -946,6 +954,8 @@ $$;
 
 COMMENT ON FUNCTION inbox.inbox_claim(text, text, bytea) IS
 'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) IS
+'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_status(text, text) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) IS
@@ -985,6 +995,16 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.inbox_claim(text, text, bytea) IS
 'claim a message in the current transaction: true if new, false (or IB001) if already processed, IB002 on a payload mismatch';
+
+CREATE FUNCTION @extschema@.inbox_claim_many(scope text, message_ids text[],
+											 payload_hashes bytea[] DEFAULT NULL,
+											 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) IS
+'claim a batch of messages in the current transaction: one row per id, claimed, duplicate or (on_mismatch => ''return'') mismatch';
 
 CREATE FUNCTION @extschema@.inbox_status(scope text, message_id text,
 										 OUT received_at timestamptz,
@@ -1272,6 +1292,7 @@ REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer
 REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_status(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
@@ -1287,6 +1308,7 @@ REVOKE ALL ON FUNCTION inbox.inbox_drop_scope(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_grant(text, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_revoke(text, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;

@@ -50,6 +50,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "mb/pg_wchar.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/guc.h"
@@ -64,6 +65,7 @@
 #include "version.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim_1_0);
+PG_FUNCTION_INFO_V1(inbox_claim_many_1_0);
 PG_FUNCTION_INFO_V1(inbox_status_1_0);
 PG_FUNCTION_INFO_V1(inbox_receive_json_1_0);
 PG_FUNCTION_INFO_V1(inbox_receive_bytes_1_0);
@@ -248,7 +250,8 @@ lookup_entry(text *scope, text *message_id, InboxEntry *entry)
 }
 
 /*
- * Run the claim's INSERT under inbox.claim_timeout.  The timeout is applied
+ * Run the claim's INSERT under inbox.claim_timeout (message_id is NULL for
+ * a batch's INSERT).  The timeout is applied
  * as lock_timeout in a GUC nest level of its own, so it covers exactly this
  * statement and is undone on success and on error alike; its expiry is
  * reported as IB003 rather than as a generic lock timeout, because the
@@ -283,8 +286,11 @@ insert_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 		FlushErrorState();
 		ereport(ERROR,
 				(errcode(ERRCODE_INBOX_CLAIM_IN_FLIGHT),
-				 errmsg("message \"%s\" in scope \"%s\" is being claimed by a concurrent transaction",
-						inbox_quote(message_id), inbox_quote(scope)),
+				 message_id != NULL
+				 ? errmsg("message \"%s\" in scope \"%s\" is being claimed by a concurrent transaction",
+						  inbox_quote(message_id), inbox_quote(scope))
+				 : errmsg("a message of this batch in scope \"%s\" is being claimed by a concurrent transaction",
+						  inbox_quote(scope)),
 				 errdetail("The claim waited %d ms (inbox.claim_timeout) for a lock held by another transaction, "
 						   "most likely an uncommitted claim of the same message.",
 						   claim_timeout),
@@ -606,4 +612,415 @@ inbox_status(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
 	return status(fcinfo);
+}
+
+/* ------------------------------------------------------------------------
+ * Batch claims
+ *
+ * inbox_claim_many claims a consumer's whole batch in one call, in the
+ * caller's transaction, with the arbitration of inbox_claim for each id:
+ * one INSERT ... ON CONFLICT DO NOTHING of all the ids, then one read of
+ * the entries of those it did not insert.  The INSERT takes the ids in
+ * byte order, so two batches that share ids lock them in the same order
+ * and cannot deadlock with each other.  An id that appears twice in the
+ * batch is claimed once; its later copies are duplicates (or mismatches,
+ * if their hashes differ).
+ * ------------------------------------------------------------------------
+ */
+
+/* The most ids one call takes: a batch, not a bulk load */
+#define INBOX_MAX_BATCH 10000
+
+/* One id of the batch, as given */
+typedef struct BatchItem
+{
+	int			position;		/* 1-based, in the arrays given */
+	text	   *message_id;
+	bytea	   *payload_hash;	/* NULL: no content check */
+	int			first;			/* index of its first copy in the batch */
+	const char *status;
+} BatchItem;
+
+static SPIPlanPtr insert_many_plan = NULL;
+static SPIPlanPtr lookup_many_plan = NULL;
+
+static const char *const insert_many_sql =
+"INSERT INTO inbox.entries (scope, message_id, payload_hash) "
+"SELECT $1, u.m, u.h FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u(m, h) "
+"ORDER BY u.m COLLATE pg_catalog.\"C\" "
+"ON CONFLICT (scope, message_id) DO NOTHING "
+"RETURNING message_id";
+
+static const char *const lookup_many_sql =
+"SELECT message_id, received_at, payload_hash, state FROM inbox.entries "
+"WHERE scope OPERATOR(pg_catalog.=) $1 "
+"AND message_id OPERATOR(pg_catalog.=) ANY ($2)";
+
+static int
+compare_text(const text *a, const text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/* Batch items in byte order of their ids, then in the order given */
+static int
+compare_items(const void *a, const void *b)
+{
+	const BatchItem *x = *(BatchItem *const *) a;
+	const BatchItem *y = *(BatchItem *const *) b;
+	int			c = compare_text(x->message_id, y->message_id);
+
+	return c != 0 ? c : x->position - y->position;
+}
+
+/* The first copy of id among the sorted items, or NULL */
+static BatchItem *
+find_item(BatchItem **sorted, int n, const text *id)
+{
+	int			lo = 0;
+	int			hi = n - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = (lo + hi) / 2;
+		int			c = compare_text(sorted[mid]->message_id, id);
+
+		if (c == 0)
+		{
+			while (mid > 0 && compare_text(sorted[mid - 1]->message_id, id) == 0)
+				mid--;
+			return sorted[mid];
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+static void
+raise_batch_mismatch(text *scope, BatchItem *item, bytea *stored, const char *where)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INBOX_PAYLOAD_MISMATCH),
+			 errmsg("message \"%s\" in scope \"%s\" was already received with a different payload",
+					inbox_quote(item->message_id), inbox_quote(scope)),
+			 errdetail("%s with payload hash %s; message_ids[%d] has payload hash %s.",
+					   where, inbox_hex(stored), item->position, inbox_hex(item->payload_hash)),
+			 errhint("Nothing of this batch was claimed. Pass on_mismatch => 'return' to claim the rest "
+					 "and get the mismatches as rows.")));
+}
+
+/* A mismatch: raise, or report it as the item's status */
+static void
+batch_mismatch(text *scope, BatchItem *item, bool raise, bytea *stored,
+			   const char *where)
+{
+	inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
+	if (raise)
+		raise_batch_mismatch(scope, item, stored, where);
+	item->status = "mismatch";
+}
+
+/* An existing entry's hash against the item's: the status of a duplicate */
+static void
+batch_duplicate(text *scope, BatchItem *item, bool raise, bytea *stored,
+				const char *where)
+{
+	if (item->payload_hash != NULL && stored != NULL &&
+		!hashes_equal(item->payload_hash, stored))
+		batch_mismatch(scope, item, raise, stored, where);
+	else
+	{
+		inbox_stats_count(scope, INBOX_COUNT_DUPLICATE);
+		item->status = "duplicate";
+	}
+}
+
+/*
+ * Claim the first copies in pending (sorted by id) that have no status yet:
+ * insert them, then read the entries of those not inserted.  Returns how
+ * many are left without a status (their entry was deleted between the two
+ * statements), to be tried again.
+ */
+static int
+claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * npending);
+	Datum	   *hashes = palloc(sizeof(Datum) * npending);
+	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
+	int			dims[1];
+	int			lbs[1] = {1};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	int			rc;
+	int			i;
+	int			left = 0;
+	uint64		r;
+
+	for (i = 0; i < npending; i++)
+	{
+		ids[i] = PointerGetDatum(pending[i]->message_id);
+		hashes[i] = PointerGetDatum(pending[i]->payload_hash);
+		hash_nulls[i] = (pending[i]->payload_hash == NULL);
+	}
+	dims[0] = npending;
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(construct_array(ids, npending, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_md_array(hashes, hash_nulls, 1, dims, lbs,
+												   BYTEAOID, -1, false, TYPALIGN_INT));
+
+	/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
+	if (claim_timeout > 0)
+		rc = insert_bounded(insert_many_plan, values, nulls, scope, NULL);
+	else
+		rc = SPI_execute_plan(insert_many_plan, values, nulls, false, 0);
+	if (rc != SPI_OK_INSERT_RETURNING)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	for (r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		text	   *id = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+		BatchItem  *item = find_item(pending, npending, id);
+
+		if (item == NULL)
+			elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
+		item->status = "claimed";
+		inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+	}
+	if (SPI_processed == (uint64) npending)
+		return 0;
+
+	/* The others conflicted: read what is there */
+	rc = SPI_execute_plan(lookup_many_plan, values, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		text	   *id = DatumGetTextPP(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		Datum		d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
+		bytea	   *stored = isnull ? NULL : DatumGetByteaPP(d);
+		BatchItem  *item = find_item(pending, npending, id);
+		char	   *where;
+
+		if (item == NULL || item->status != NULL)
+			continue;			/* inserted just now */
+		where = psprintf("First received at %s",
+						 timestamptz_to_str(DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 2, &isnull))));
+		batch_duplicate(scope, item, raise, stored, where);
+	}
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i]->status == NULL)
+			pending[left++] = pending[i];
+	}
+	return left;
+}
+
+/*
+ * inbox_claim_many(scope text, message_ids text[], payload_hashes bytea[],
+ *					on_mismatch text)
+ *		-> SETOF (ordinality integer, message_id text, status text)
+ *
+ * One row per id given, in the order given: status 'claimed' (apply the
+ * effect), 'duplicate' (already processed, or an earlier copy in this
+ * batch), or 'mismatch' (with on_mismatch => 'return' only; by default a
+ * mismatch raises IB002 and nothing of the batch is claimed).
+ */
+static Datum
+claim_many(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	ArrayType  *id_array;
+	ArrayType  *hash_array = NULL;
+	Datum	   *ids;
+	bool	   *id_nulls;
+	Datum	   *hashes = NULL;
+	bool	   *hash_nulls = NULL;
+	int			n;
+	int			nhashes = 0;
+	bool		raise = true;
+	BatchItem  *items;
+	BatchItem **sorted;
+	BatchItem **pending;
+	int			npending = 0;
+	int			attempt;
+	int			i;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message_ids must not be null")));
+	if (!PG_ARGISNULL(3))
+	{
+		char	   *mode = text_to_cstring(PG_GETARG_TEXT_PP(3));
+
+		if (strcmp(mode, "return") == 0)
+			raise = false;
+		else if (strcmp(mode, "raise") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("on_mismatch must be \"raise\" or \"return\""),
+					 errdetail("It is \"%s\".", inbox_quote(PG_GETARG_TEXT_PP(3)))));
+	}
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("on_mismatch must not be null")));
+
+	id_array = PG_GETARG_ARRAYTYPE_P(1);
+	if (ARR_NDIM(id_array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message_ids must be a one-dimensional array")));
+	deconstruct_array(id_array, TEXTOID, -1, false, TYPALIGN_INT, &ids, &id_nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message_ids must not be empty"),
+				 errhint("A batch claims at least one message.")));
+	if (n > INBOX_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many message_ids in one batch"),
+				 errdetail("The batch has %d ids; the limit is %d.", n, INBOX_MAX_BATCH),
+				 errhint("Split the batch: each call is one statement, whose locks are held to commit.")));
+	if (!PG_ARGISNULL(2))
+	{
+		hash_array = PG_GETARG_ARRAYTYPE_P(2);
+		if (ARR_NDIM(hash_array) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("payload_hashes must be a one-dimensional array")));
+		deconstruct_array(hash_array, BYTEAOID, -1, false, TYPALIGN_INT,
+						  &hashes, &hash_nulls, &nhashes);
+		if (nhashes != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("payload_hashes must have one element per message id"),
+					 errdetail("There are %d message ids and %d payload hashes.", n, nhashes),
+					 errhint("Pass NULL for payload_hashes to skip the content check, or NULL elements for some ids.")));
+	}
+
+	/* Every id is checked before anything is written */
+	items = palloc0(sizeof(BatchItem) * n);
+	sorted = palloc(sizeof(BatchItem *) * n);
+	for (i = 0; i < n; i++)
+	{
+		char		name[32];
+
+		snprintf(name, sizeof(name), "message_ids[%d]", i + 1);
+		items[i].position = i + 1;
+		items[i].message_id = inbox_check_key_datum(ids[i], id_nulls[i], name,
+													INBOX_MAX_MESSAGE_ID_BYTES);
+		snprintf(name, sizeof(name), "payload_hashes[%d]", i + 1);
+		if (hashes != NULL)
+			items[i].payload_hash = inbox_check_hash_datum(hashes[i], hash_nulls[i], name);
+		sorted[i] = &items[i];
+	}
+
+	/* Later copies of an id are duplicates of its first copy */
+	qsort(sorted, n, sizeof(BatchItem *), compare_items);
+	pending = palloc(sizeof(BatchItem *) * n);
+	for (i = 0; i < n; i++)
+	{
+		if (i > 0 && compare_text(sorted[i]->message_id, sorted[i - 1]->message_id) == 0)
+			sorted[i]->first = sorted[i - 1]->first;
+		else
+		{
+			sorted[i]->first = sorted[i]->position - 1;
+			pending[npending++] = sorted[i];
+		}
+	}
+	for (i = 0; i < n; i++)
+	{
+		BatchItem  *first = &items[items[i].first];
+
+		if (first != &items[i] && items[i].payload_hash != NULL && first->payload_hash != NULL &&
+			!hashes_equal(items[i].payload_hash, first->payload_hash))
+		{
+			char	   *where = psprintf("message_ids[%d] of the same batch has it", first->position);
+
+			if (raise)
+			{
+				inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
+				raise_batch_mismatch(scope, &items[i], first->payload_hash, where);
+			}
+		}
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (insert_many_plan == NULL)
+	{
+		Oid			types[3] = {TEXTOID, TEXTARRAYOID, BYTEAARRAYOID};
+
+		insert_many_plan = keep_plan(insert_many_sql, 3, types, 0);
+	}
+	if (lookup_many_plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+
+		/* A generic plan, for the reason given in prepare_plans */
+		lookup_many_plan = keep_plan(lookup_many_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
+	}
+
+	for (attempt = 1; npending > 0; attempt++)
+	{
+		npending = claim_batch_round(scope, pending, npending, raise);
+		if (npending > 0 && attempt >= CLAIM_MAX_ATTEMPTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not claim message \"%s\" in scope \"%s\"",
+							inbox_quote(pending[0]->message_id), inbox_quote(scope)),
+					 errdetail("Its entry was deleted and re-created concurrently %d times in a row.",
+							   attempt),
+					 errhint("Retry the transaction.")));
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_finish();
+
+	/* Later copies follow their first copy, in the order given */
+	for (i = 0; i < n; i++)
+	{
+		BatchItem  *item = &items[i];
+		BatchItem  *first = &items[item->first];
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		/* A copy of a mismatch mismatches too, unless it differs from it */
+		if (first != item && strcmp(first->status, "mismatch") == 0 &&
+			(item->payload_hash == NULL || first->payload_hash == NULL ||
+			 hashes_equal(item->payload_hash, first->payload_hash)))
+		{
+			inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
+			item->status = "mismatch";
+		}
+		else if (first != item)
+			batch_duplicate(scope, item, raise, first->payload_hash,
+							psprintf("message_ids[%d] of the same batch has it", first->position));
+		values[0] = Int32GetDatum(item->position);
+		values[1] = PointerGetDatum(item->message_id);
+		values[2] = CStringGetTextDatum(item->status);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+Datum
+inbox_claim_many_1_0(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo);
 }

@@ -12,6 +12,7 @@
 #ifndef INBOX_COMPAT_H
 #define INBOX_COMPAT_H
 
+#include "catalog/pg_database.h"
 #include "storage/lock.h"
 #include "utils/guc.h"
 
@@ -48,6 +49,21 @@ inbox_guc_free(void *ptr)
 	guc_free(ptr);
 #else
 	free(ptr);
+#endif
+}
+
+/*
+ * A database left invalid by an interrupted DROP DATABASE cannot be
+ * connected to.  The marker came with minor releases of 15 and 16
+ * (15.4, 16.0), so it is tested for by name, not by version.
+ */
+static inline bool
+inbox_database_is_invalid(Form_pg_database form)
+{
+#ifdef DATCONNLIMIT_INVALID_DB
+	return form->datconnlimit == DATCONNLIMIT_INVALID_DB;
+#else
+	return false;
 #endif
 }
 

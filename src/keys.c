@@ -30,37 +30,25 @@ PG_FUNCTION_INFO_V1(inbox_check_key);
 PG_FUNCTION_INFO_V1(inbox_quote_sql);
 
 /*
- * Size of a varlena argument without detoasting it, so that a gigabyte-long
- * id is refused without first being decompressed into memory.
- */
-static Size
-arg_size(FunctionCallInfo fcinfo, int argno)
-{
-	return toast_raw_datum_size(PG_GETARG_DATUM(argno)) - VARHDRSZ;
-}
-
-/*
- * Fetch a key argument (scope or message_id), enforcing the documented
- * rules: not NULL, not empty, at most maxbytes bytes.
- *
- * The functions are not STRICT on purpose: a NULL key would otherwise make
- * inbox_claim return NULL, which a consumer's IF treats as "not fresh" and
- * silently drops the message.
+ * Check a key (scope or message_id) against the documented rules: not
+ * NULL, not empty, at most maxbytes bytes; return it detoasted.  argname
+ * names it in the messages ("message_id", or "message_ids[3]" in a batch).
+ * The size is read from the header, so that a gigabyte-long id is refused
+ * without first being decompressed into memory.
  */
 text *
-inbox_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
-			  int maxbytes)
+inbox_check_key_datum(Datum value, bool isnull, const char *argname, int maxbytes)
 {
 	Size		len;
 
-	if (PG_ARGISNULL(argno))
+	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", argname),
 				 errhint("Every message needs a %s; a NULL one cannot be deduplicated.",
 						 argname)));
 
-	len = arg_size(fcinfo, argno);
+	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -73,37 +61,59 @@ inbox_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 						   argname, len, maxbytes),
 				 errhint("Use a shorter identifier, or a digest of it if the broker's ids are longer.")));
 
-	return PG_GETARG_TEXT_PP(argno);
+	return DatumGetTextPP(value);
 }
 
 /*
- * Fetch the optional payload hash.  NULL means "no content check"; an empty
+ * Check an optional payload hash; NULL means "no content check".  An empty
  * hash is refused because it would compare equal to every other empty hash
  * and so disable the check without saying so.
  */
 bytea *
-inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
+inbox_check_hash_datum(Datum value, bool isnull, const char *argname)
 {
 	Size		len;
 
-	if (PG_ARGISNULL(argno))
+	if (isnull)
 		return NULL;
 
-	len = arg_size(fcinfo, argno);
+	len = toast_raw_datum_size(value) - VARHDRSZ;
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("payload_hash must not be empty"),
+				 errmsg("%s must not be empty", argname),
 				 errhint("Pass a digest such as sha256(payload), or NULL to skip the content check.")));
 	if (len > INBOX_MAX_HASH_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
-				 errmsg("payload_hash is too long"),
-				 errdetail("The payload_hash is %zu bytes long; the limit is %d bytes.",
-						   len, INBOX_MAX_HASH_BYTES),
+				 errmsg("%s is too long", argname),
+				 errdetail("The %s is %zu bytes long; the limit is %d bytes.",
+						   argname, len, INBOX_MAX_HASH_BYTES),
 				 errhint("Pass a digest of the payload, such as sha256(payload), not the payload itself.")));
 
-	return PG_GETARG_BYTEA_PP(argno);
+	return DatumGetByteaPP(value);
+}
+
+/*
+ * Fetch a key argument (scope or message_id).  The functions are not STRICT
+ * on purpose: a NULL key would otherwise make inbox_claim return NULL,
+ * which a consumer's IF treats as "not fresh" and silently drops the
+ * message.
+ */
+text *
+inbox_key_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			  int maxbytes)
+{
+	return inbox_check_key_datum(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno),
+								 argname, maxbytes);
+}
+
+/* Fetch the optional payload hash argument */
+bytea *
+inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
+{
+	return inbox_check_hash_datum(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno),
+								  "payload_hash");
 }
 
 /* Unicode code points that reorder or break lines on a terminal or in a log */

@@ -13,6 +13,10 @@
 
 #include "fmgr.h"
 
+extern text *inbox_check_key_datum(Datum value, bool isnull,
+								   const char *argname, int maxbytes);
+extern bytea *inbox_check_hash_datum(Datum value, bool isnull,
+									 const char *argname);
 extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,
 						   const char *argname, int maxbytes);
 extern bytea *inbox_hash_arg(FunctionCallInfo fcinfo, int argno);

@@ -60,6 +60,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "inbox.h"
 #include "purge.h"
 #include "stats.h"
@@ -171,12 +172,9 @@ database_list(MemoryContext cxt)
 		MemoryContext oldcxt;
 		PurgeDatabase *db;
 
-		if (form->datistemplate || !form->datallowconn)
+		if (form->datistemplate || !form->datallowconn ||
+			inbox_database_is_invalid(form))
 			continue;
-#ifdef DATCONNLIMIT_INVALID_DB
-		if (form->datconnlimit == DATCONNLIMIT_INVALID_DB)
-			continue;
-#endif
 		oldcxt = MemoryContextSwitchTo(cxt);
 		db = palloc(sizeof(PurgeDatabase));
 		db->oid = form->oid;

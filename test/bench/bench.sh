@@ -308,16 +308,25 @@ if [ "$skip_claims" = 0 ]; then
 #
 # The variants: name, script, scope, and a short description for the table.
 #
-variants=(a b0 b c d)
+variants=(a b0 b c d h c2 h1 c1 hb cm)
 declare -A script scope desc
-script=([a]=bare.sql [b0]=handmade_flat.sql [b]=handmade.sql [c]=claim.sql [d]=claim.sql)
-scope=([a]=bench [b0]=bench [b]=bench [c]=bench [d]=dup)
+script=([a]=bare.sql [b0]=handmade_flat.sql [b]=handmade.sql [c]=claim.sql [d]=claim.sql
+	[h]=hand.sql [c2]=claim_const.sql [h1]=hand_one.sql [c1]=claim_one.sql
+	[hb]=hand_batch.sql [cm]=claim_many.sql)
+scope=([a]=bench [b0]=bench [b]=bench [c]=bench [d]=dup [h]=billing [c2]=bench
+	[h1]=billing [c1]=bench [hb]=billing [cm]=bench)
 desc=(
 	[a]="bare business transaction: INSERT into orders"
 	[b0]="hand-written inbox, unpartitioned table (context)"
 	[b]="hand-written inbox: INSERT ON CONFLICT + SELECT hash + INSERT"
 	[c]="inbox_claim() (fresh) + INSERT"
 	[d]="inbox_claim() of a duplicate, no INSERT"
+	[h]="the SQL users copy (issue 11): one statement + INSERT, constant hash"
+	[c2]="inbox_claim() with the constant hash of (h) + INSERT"
+	[h1]="hand-written, claim and effect in one statement"
+	[c1]="INSERT ... WHERE inbox_claim(), one statement"
+	[hb]="hand-written batch of 100 ids + multi-row INSERT (tps = batches/s)"
+	[cm]="inbox_claim_many() of 100 ids + INSERT of the claimed (tps = batches/s)"
 )
 
 #
@@ -335,7 +344,8 @@ counts_sql="SELECT (SELECT count(*) FROM orders) || ' ' ||
 	(SELECT count(*) FROM inbox.entries WHERE scope = 'bench') || ' ' ||
 	(SELECT count(*) FROM inbox.entries WHERE scope = 'dup') || ' ' ||
 	(SELECT count(*) FROM handmade_inbox) || ' ' ||
-	(SELECT count(*) FROM handmade_inbox_flat)"
+	(SELECT count(*) FROM handmade_inbox_flat) || ' ' ||
+	(SELECT count(*) FROM hand_inbox)"
 
 declare -A results cpu_results
 
@@ -385,14 +395,17 @@ run_variant()
 	read -r -a a <<<"$after"
 	local n=$processed
 	case $v in
-		a) exp=("$n" 0 0 0 0) ;;
-		b0) exp=("$n" 0 0 0 "$n") ;;
-		b) exp=("$n" 0 0 "$n" 0) ;;
-		c) exp=("$n" "$n" 0 0 0) ;;
-		d) exp=(0 0 0 0 0) ;;
+		a) exp=("$n" 0 0 0 0 0) ;;
+		b0) exp=("$n" 0 0 0 "$n" 0) ;;
+		b) exp=("$n" 0 0 "$n" 0 0) ;;
+		c | c2 | c1) exp=("$n" "$n" 0 0 0 0) ;;
+		d) exp=(0 0 0 0 0 0) ;;
+		h | h1) exp=("$n" 0 0 0 0 "$n") ;;
+		hb) exp=($((100 * n)) 0 0 0 0 $((100 * n))) ;;
+		cm) exp=($((100 * n)) $((100 * n)) 0 0 0 0) ;;
 	esac
-	local i names=(orders inbox.entries/bench inbox.entries/dup handmade_inbox handmade_inbox_flat)
-	for i in 0 1 2 3 4; do
+	local i names=(orders inbox.entries/bench inbox.entries/dup handmade_inbox handmade_inbox_flat hand_inbox)
+	for i in 0 1 2 3 4 5; do
 		if [ $((a[i] - b[i])) -ne "${exp[i]}" ]; then
 			echo "bench.sh: variant ($v) run $run_no processed $n transactions but added" \
 				"$((a[i] - b[i])) rows to ${names[i]}, expected ${exp[i]}" >&2
@@ -469,9 +482,13 @@ echo "## Ratios of the medians"
 echo
 echo "| ratio | value | target | |"
 echo "|---|---:|---|---|"
+ratio c2 h ge 1.0
+ratio cm hb ge 1.1
+ratio c1 h1 ge 0.95
 ratio c b ge 1.0
 ratio c b0 none 0
 ratio c a ge 0.85
+ratio h a none 0
 ratio d c gt 1
 echo
 

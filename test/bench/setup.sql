@@ -43,6 +43,14 @@ CREATE INDEX handmade_inbox_scope_received_at ON handmade_inbox (scope, received
 CREATE TABLE handmade_inbox_flat (LIKE handmade_inbox INCLUDING ALL);
 
 /*
+ * (h), (h1), (hb): the inbox as users copy it, exactly as issue 11 gives
+ * it: unpartitioned, no checks, the key and an index for retention.
+ */
+CREATE TABLE hand_inbox (scope text COLLATE "C" NOT NULL, message_id text COLLATE "C" NOT NULL,
+  payload_hash bytea, received_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (scope, message_id));
+CREATE INDEX ON hand_inbox (received_at);
+
+/*
  * The ids that (d) redelivers, claimed the way claim.sql claims them (the
  * same hash expression), so that every claim of (d) returns false.
  */
