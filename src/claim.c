@@ -967,7 +967,12 @@ claim_many(FunctionCallInfo fcinfo)
 	{
 		Oid			types[3] = {TEXTOID, TEXTARRAYOID, BYTEAARRAYOID};
 
-		insert_many_plan = keep_plan(insert_many_sql, 3, types, 0);
+		/*
+		 * Generic too: a custom plan would be made for every batch, since
+		 * the arrays' sizes change its estimates, and nothing in the plan
+		 * depends on them.
+		 */
+		insert_many_plan = keep_plan(insert_many_sql, 3, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 	if (lookup_many_plan == NULL)
 	{
