@@ -97,6 +97,25 @@ CREATE FUNCTION rnd_json() RETURNS text LANGUAGE sql AS $$
 				  '{"k": "' || repeat('v', 100000) || '"}', 'null', '1'])[1 + (random() * 9)::int]
 $$;
 
+-- Random arrays for inbox_claim_many: NULL, empty, a few random ids (NULL,
+-- empty and huge ones among them), more than the limit, or two-dimensional.
+CREATE FUNCTION rnd_text_array() RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+	r float8 := random();
+BEGIN
+	IF r < 0.05 THEN RETURN NULL; END IF;
+	IF r < 0.10 THEN RETURN '{}'; END IF;
+	IF r < 0.12 THEN RETURN ARRAY(SELECT 'm' || g FROM generate_series(1, 10001) g); END IF;
+	IF r < 0.14 THEN RETURN ARRAY[['a'], ['b']]; END IF;
+	RETURN ARRAY(SELECT rnd_text() FROM generate_series(1, 1 + (random() * 5)::int));
+END $$;
+
+CREATE FUNCTION rnd_bytea_array() RETURNS bytea[] LANGUAGE plpgsql AS $$
+BEGIN
+	IF random() < 0.3 THEN RETURN NULL; END IF;
+	RETURN ARRAY(SELECT rnd_bytea() FROM generate_series(1, 1 + (random() * 5)::int));
+END $$;
+
 CREATE PROCEDURE fuzz(calls int) LANGUAGE plpgsql AS $$
 DECLARE
 	sql text;
@@ -109,7 +128,7 @@ DECLARE
 BEGIN
 	PERFORM setseed(0.4242);
 	FOR n IN 1 .. calls LOOP
-		f := (random() * 16)::int;
+		f := (random() * 17)::int;
 		a := rnd_text();
 		b := rnd_text();
 		sql := CASE f
@@ -129,6 +148,12 @@ BEGIN
 			WHEN 13 THEN format('SELECT inbox_grant(%L, %L)::text', rnd_text(), rnd_role())
 			WHEN 14 THEN format('SELECT inbox_revoke(%L, %L)::text', rnd_text(), rnd_role())
 			WHEN 15 THEN rnd_setting()
+			-- A batch; the ids it claims are recorded in the same statement
+			WHEN 16 THEN format('WITH c AS (SELECT * FROM inbox_claim_many(%L, %L::text[], %L::bytea[], %L)), '
+								'm AS (INSERT INTO fuzz_made SELECT %L, c.message_id FROM c WHERE c.status = ''claimed'') '
+								'SELECT count(*)::text FROM c',
+								a, rnd_text_array(), rnd_bytea_array(),
+								(ARRAY['raise', 'return', NULL, 'ignore'])[1 + (random() * 3)::int], a)
 			ELSE 'SELECT inbox_purge()::text'
 		END;
 		BEGIN
