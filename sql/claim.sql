@@ -158,3 +158,17 @@ SELECT scope, message_id, received_at <= now() AS received_at_set, payload_hash 
 FROM inbox.entries WHERE message_id IN ('INVOIC-000123', 'INVOIC-000124') ORDER BY 1, 2;
 -- Keys are spread over the leaves.
 SELECT count(DISTINCT tableoid) > 1 AS spread FROM inbox.entries;
+-- Each entry sits in the leaf of its bucket, and its bucket is inbox.bucket
+-- of its key.
+SELECT count(*) FILTER (WHERE tableoid::regclass::text <> 'inbox.entries_p' || bucket
+                           OR bucket <> inbox.bucket(scope, message_id)) AS misplaced
+FROM inbox.entries;
+-- The bucket is fixed for good: stored entries would be stranded by any
+-- change to it.  These values are of the UTF-8 bytes, in any encoding.
+SELECT inbox.bucket('billing', 'INVOIC-000123') AS b1,
+       inbox.bucket('billing', 'INVOIC-000124') AS b2,
+       inbox.bucket('a', 'bc') AS a_bc, inbox.bucket('ab', 'c') AS ab_c,
+       inbox.bucket('scope', U&'caf\00e9') AS non_ascii;
+SELECT count(*) AS buckets, min(n) AS fewest, max(n) AS most
+FROM (SELECT inbox.bucket('s', 'm' || g), count(*) AS n
+      FROM generate_series(1, 80000) g GROUP BY 1) AS b;

@@ -10,6 +10,324 @@
  */
 
 /*
+ * inbox.entries is partitioned by a bucket that the extension computes
+ * from the key's UTF-8 form and stores, instead of by PostgreSQL's hash of
+ * the key's bytes in the database's encoding: a restore into another
+ * encoding then puts every entry back in its leaf, and a claim can write
+ * its leaf directly (see sql/inbox.sql).  The entries move to the new
+ * table in this transaction; the old one is set aside first, without its
+ * indexes (the copy reads all of it), and dropped at the end, once the
+ * view over it points to the new one.
+ */
+CREATE FUNCTION inbox.bucket(scope text, message_id text)
+RETURNS smallint
+AS 'MODULE_PATHNAME', 'inbox_bucket_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+ALTER TABLE inbox.entries RENAME TO entries_0_4;
+ALTER TABLE inbox.entries_p0 RENAME TO entries_0_4_p0;
+ALTER TABLE inbox.entries_p1 RENAME TO entries_0_4_p1;
+ALTER TABLE inbox.entries_p2 RENAME TO entries_0_4_p2;
+ALTER TABLE inbox.entries_p3 RENAME TO entries_0_4_p3;
+ALTER TABLE inbox.entries_p4 RENAME TO entries_0_4_p4;
+ALTER TABLE inbox.entries_p5 RENAME TO entries_0_4_p5;
+ALTER TABLE inbox.entries_p6 RENAME TO entries_0_4_p6;
+ALTER TABLE inbox.entries_p7 RENAME TO entries_0_4_p7;
+ALTER TABLE inbox.entries_0_4 DROP CONSTRAINT entries_pkey;
+DROP INDEX inbox.entries_scope_received_at, inbox.entries_open;
+
+CREATE TABLE inbox.entries (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	message_id text COLLATE pg_catalog."C" NOT NULL,
+	bucket smallint NOT NULL,
+	received_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	payload_hash bytea,
+	state "char" NOT NULL DEFAULT 'd',
+	payload jsonb,
+	payload_bytes bytea,
+	attempts integer,
+	owner_session bigint,
+	taken_at timestamptz,
+	lease_until timestamptz,
+	visible_after timestamptz,
+	last_error text,
+	result jsonb,
+	finished_at timestamptz,
+	CONSTRAINT entries_pkey PRIMARY KEY (scope, message_id, bucket),
+	CONSTRAINT entries_scope_length
+		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
+	CONSTRAINT entries_message_id_length
+		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024)
+) PARTITION BY LIST (bucket);
+
+COMMENT ON TABLE inbox.entries IS 'one row per claimed message; the primary key arbitrates claims';
+
+CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries FOR VALUES IN (0);
+CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries FOR VALUES IN (1);
+CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries FOR VALUES IN (2);
+CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries FOR VALUES IN (3);
+CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries FOR VALUES IN (4);
+CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries FOR VALUES IN (5);
+CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries FOR VALUES IN (6);
+CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
+
+-- Retention finds a scope's oldest entries through this index.
+CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
+
+-- Messages not yet done, oldest first per scope: what inbox_take scans.
+-- Done entries (every claim) stay out of it, so it stays small.
+CREATE INDEX entries_open ON inbox.entries (scope, received_at)
+	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char";
+
+INSERT INTO inbox.entries (scope, message_id, bucket, received_at, payload_hash, state, payload,
+	payload_bytes, attempts, owner_session, taken_at, lease_until, visible_after, last_error,
+	result, finished_at)
+SELECT scope, message_id, inbox.bucket(scope, message_id), received_at, payload_hash, state, payload,
+	payload_bytes, attempts, owner_session, taken_at, lease_until, visible_after, last_error,
+	result, finished_at
+  FROM inbox.entries_0_4;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA inbox FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p1', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p2', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p3', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p4', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p5', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p6', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p7', '');
+
+/* The functions of the deferred mode find a key's leaf by its bucket */
+CREATE OR REPLACE FUNCTION inbox.refuse(p_scope text, p_id text, p_action text, p_expected "char")
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	st "char";
+	msg text := format('message "%s" in scope "%s"', inbox.quote(p_id), inbox.quote(p_scope));
+BEGIN
+	SELECT e.state INTO st FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id);
+	IF NOT FOUND THEN
+		RAISE EXCEPTION '% does not exist', msg
+			USING ERRCODE = 'IB005',
+				  HINT = format('Only a message stored by inbox_receive can be %s.', p_action);
+	ELSIF st <> p_expected THEN
+		RAISE EXCEPTION '% is %', msg,
+			CASE p_expected WHEN 'r' THEN 'not being processed' ELSE 'not dead' END
+			USING ERRCODE = 'IB004',
+				  DETAIL = format('It is %s, so it cannot be %s.', inbox.state_name(st), p_action);
+	ELSE
+		RAISE EXCEPTION '% is being processed by another session', msg
+			USING ERRCODE = 'IB004',
+				  DETAIL = 'This session does not own it: another session took it, or this session''s lease ran out and another worker took it again.',
+				  HINT = 'Roll back the transaction, so that the effect of this processing does not commit.';
+	END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	me bigint;
+	allowed integer;
+BEGIN
+	PERFORM inbox.check_key(inbox_take.scope, NULL, false);
+	IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
+		RAISE EXCEPTION 'max_messages must be between 1 and 10000'
+			USING ERRCODE = '22023',
+				  DETAIL = format('It is %s.', coalesce(max_messages::text, 'NULL'));
+	END IF;
+	IF lease IS NOT NULL AND lease <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023',
+				  HINT = 'Pass NULL to take without a lease: the message then stays with this session until it is completed or failed, or the session ends.';
+	END IF;
+	me := inbox.session_key();
+	allowed := inbox.max_attempts(inbox_take.scope);
+
+	/*
+	 * One pass, oldest first, over the open-messages index: pending
+	 * messages that are due, and processing ones whose owner is gone or
+	 * whose lease ran out.  A lost message that has had all its attempts
+	 * is marked dead instead of being handed out (a message that kills its
+	 * worker must not loop forever); it still uses up a place in
+	 * max_messages, so a take can return fewer rows than are pending.
+	 */
+	RETURN QUERY
+	WITH candidates AS (
+		-- dies: lost after its last allowed attempt (the row is locked, so
+		-- its state cannot change before the UPDATE below)
+		SELECT c.message_id, c.bucket, (c.state = 'r' AND c.attempts >= allowed) AS dies
+		  FROM inbox.entries AS c
+		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
+		   AND c.state <> 'd'
+		   AND ((c.state = 'p' AND (c.visible_after IS NULL OR c.visible_after <= now()))
+				OR (c.state = 'r' AND (c.lease_until < now()
+									   OR NOT inbox.session_alive(c.owner_session))))
+		 ORDER BY c.received_at
+		 LIMIT max_messages
+		   FOR UPDATE SKIP LOCKED),
+	taken AS (
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN k.dies THEN 'x' ELSE 'r' END::"char",
+			   attempts = CASE WHEN k.dies THEN e.attempts ELSE coalesce(e.attempts, 0) + 1 END,
+			   owner_session = CASE WHEN k.dies THEN NULL ELSE me END,
+			   taken_at = now(),
+			   lease_until = CASE WHEN k.dies THEN NULL ELSE now() + lease END,
+			   visible_after = NULL,
+			   finished_at = CASE WHEN k.dies THEN now() ELSE e.finished_at END,
+			   last_error = CASE WHEN k.dies
+								 THEN coalesce(e.last_error, 'worker lost during the last allowed attempt')
+								 ELSE e.last_error END
+		  FROM candidates AS k
+		 WHERE e.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
+		   AND e.message_id OPERATOR(pg_catalog.=) k.message_id
+		   AND e.bucket OPERATOR(pg_catalog.=) k.bucket
+		RETURNING e.message_id, e.payload, e.payload_bytes, e.attempts, e.received_at, e.state)
+	SELECT t.message_id, t.payload, t.payload_bytes, t.attempts, t.received_at
+	  FROM taken AS t
+	 WHERE t.state = 'r'
+	 ORDER BY t.received_at, t.message_id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_complete(scope text, message_id text, result jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_complete.scope, inbox_complete.message_id, true);
+	UPDATE inbox.entries AS e
+	   SET state = 'd', result = inbox_complete.result, finished_at = now(),
+		   owner_session = NULL, lease_until = NULL
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_complete.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_complete.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_complete.scope, inbox_complete.message_id)
+	   AND e.state = 'r' AND e.owner_session = inbox.session_key();
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_complete.scope, inbox_complete.message_id, 'completed', 'r');
+	END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
+									   retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	new_state "char";
+	allowed integer;
+BEGIN
+	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
+	IF retry_after < interval '0' THEN
+		RAISE EXCEPTION 'retry_after must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+	allowed := inbox.max_attempts(inbox_fail.scope);
+	UPDATE inbox.entries AS e
+	   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed
+						THEN 'x' ELSE 'p' END::"char",
+		   visible_after = CASE WHEN coalesce(e.attempts, 0) >= allowed
+								THEN NULL ELSE now() + coalesce(retry_after, interval '0') END,
+		   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed
+							  THEN now() END,
+		   owner_session = NULL, lease_until = NULL, last_error = inbox_fail.error
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_fail.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_fail.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_fail.scope, inbox_fail.message_id)
+	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+	RETURNING e.state INTO new_state;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_fail.scope, inbox_fail.message_id, 'failed', 'r');
+	END IF;
+	PERFORM inbox.count_failure(inbox_fail.scope);
+	RETURN inbox.state_name(new_state);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_extend(scope text, message_id text, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	until timestamptz;
+BEGIN
+	PERFORM inbox.check_key(inbox_extend.scope, inbox_extend.message_id, true);
+	IF lease IS NULL OR lease <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023';
+	END IF;
+	UPDATE inbox.entries AS e
+	   SET lease_until = now() + lease
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_extend.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_extend.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_extend.scope, inbox_extend.message_id)
+	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+	RETURNING e.lease_until INTO until;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_extend.scope, inbox_extend.message_id, 'extended', 'r');
+	END IF;
+	RETURN until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_requeue(scope text, message_id text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
+	UPDATE inbox.entries AS e
+	   SET state = 'p', attempts = 0, visible_after = NULL, finished_at = NULL,
+		   owner_session = NULL, lease_until = NULL
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
+	   AND e.state = 'x';
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
+	END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_result(scope text, message_id text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	r jsonb;
+BEGIN
+	PERFORM inbox.check_key(inbox_result.scope, inbox_result.message_id, true);
+	SELECT e.result INTO r FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_result.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_result.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_result.scope, inbox_result.message_id);
+	RETURN r;
+END
+$$;
+
+/*
  * A per-scope retention is bounded like inbox.retention.  A longer one,
  * which 0.4.0 accepted, made every purge fail; it becomes the longest
  * allowed, which keeps at least as much as any real broker can redeliver.
@@ -442,3 +760,16 @@ CREATE OR REPLACE VIEW @extschema@.inbox_grants AS
 	SELECT g.scope, pg_catalog.to_regrole(pg_catalog.quote_ident(g.grantee)) AS grantee,
 		   g.granted_at, g.grantee AS grantee_name
 	  FROM inbox.scope_grants AS g;
+
+/* The old table, now that nothing refers to it */
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p0;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p1;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p2;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p3;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p4;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p5;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p6;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p7;
+ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4;
+DROP TABLE inbox.entries_0_4;
+ANALYZE inbox.entries;

@@ -30,16 +30,38 @@ REVOKE ALL ON SCHEMA inbox FROM PUBLIC;
  * ------------------------------------------------------------------------ */
 
 /*
+ * The bucket of a key, 0 to 7: a hash of the key's UTF-8 form, the same in
+ * a database of any encoding (src/keys.c).  It picks the leaf of
+ * inbox.entries that holds the key.
+ */
+CREATE FUNCTION inbox.bucket(scope text, message_id text)
+RETURNS smallint
+AS 'MODULE_PATHNAME', 'inbox_bucket_sql'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+/*
  * One row per (scope, message_id) ever claimed or received and not yet
  * purged.
  *
  * The primary key is the arbiter of every claim.  Keys compare byte-wise
  * (COLLATE "C"), so two ids are the same message exactly when their bytes
- * are equal, whatever the database's locale.  The table is hash-partitioned
- * on the whole key so that retention can work partition by partition; each
- * leaf's unique index covers every key that can hash to it, so uniqueness
- * is still global.  The length limits repeat those of the C code
- * (src/inbox.h), for rows that arrive by COPY.
+ * are equal, whatever the database's locale.
+ *
+ * The table is partitioned so that retention can work leaf by leaf, by a
+ * bucket the extension computes from the key and stores (inbox.bucket).
+ * A key's bucket is fixed, so each leaf's unique index covers every entry
+ * its key can have, and uniqueness is still global.  The bucket is stored
+ * rather than derived by PostgreSQL's hash partitioning because that hash
+ * is of the key's bytes in the database's encoding: a dump restored into
+ * another encoding would route re-encoded keys to other leaves, or fail a
+ * leaf's COPY and lose every entry in it.  A stored bucket of the UTF-8
+ * form puts every row back where claims look for it.  The claim path
+ * writes and reads the key's leaf directly, without tuple routing.
+ *
+ * The length limits repeat those of the C code (src/inbox.h), for rows
+ * that arrive by COPY.  Nothing else is checked here: every other column
+ * is written only by the extension's functions, which check their values,
+ * and a CHECK costs each claim its evaluation.
  *
  * state: 'd' done (every claim, and a completed deferred message), 'p'
  * pending, 'r' processing, 'x' dead.  The other columns after state belong
@@ -49,6 +71,7 @@ REVOKE ALL ON SCHEMA inbox FROM PUBLIC;
 CREATE TABLE inbox.entries (
 	scope text COLLATE pg_catalog."C" NOT NULL,
 	message_id text COLLATE pg_catalog."C" NOT NULL,
+	bucket smallint NOT NULL,
 	received_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
 	payload_hash bytea,
 	state "char" NOT NULL DEFAULT 'd',
@@ -62,35 +85,23 @@ CREATE TABLE inbox.entries (
 	last_error text,
 	result jsonb,
 	finished_at timestamptz,
-	CONSTRAINT entries_pkey PRIMARY KEY (scope, message_id),
+	CONSTRAINT entries_pkey PRIMARY KEY (scope, message_id, bucket),
 	CONSTRAINT entries_scope_length
 		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
 	CONSTRAINT entries_message_id_length
-		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024),
-	CONSTRAINT entries_payload_hash_length
-		CHECK (pg_catalog.octet_length(payload_hash) OPERATOR(pg_catalog.<=) 64),
-	CONSTRAINT entries_state
-		CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['p', 'r', 'd', 'x']::"char"[]))
-) PARTITION BY HASH (scope, message_id);
+		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024)
+) PARTITION BY LIST (bucket);
 
 COMMENT ON TABLE inbox.entries IS 'one row per claimed message; the primary key arbitrates claims';
 
-CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 0);
-CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 1);
-CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 2);
-CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 3);
-CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 4);
-CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 5);
-CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 6);
-CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries
-	FOR VALUES WITH (MODULUS 8, REMAINDER 7);
+CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries FOR VALUES IN (0);
+CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries FOR VALUES IN (1);
+CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries FOR VALUES IN (2);
+CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries FOR VALUES IN (3);
+CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries FOR VALUES IN (4);
+CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries FOR VALUES IN (5);
+CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries FOR VALUES IN (6);
+CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
 
 -- Retention finds a scope's oldest entries through this index.
 CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
@@ -568,7 +579,8 @@ DECLARE
 BEGIN
 	SELECT e.state INTO st FROM inbox.entries AS e
 	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C";
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id);
 	IF NOT FOUND THEN
 		RAISE EXCEPTION '% does not exist', msg
 			USING ERRCODE = 'IB005',
@@ -678,7 +690,7 @@ BEGIN
 	WITH candidates AS (
 		-- dies: lost after its last allowed attempt (the row is locked, so
 		-- its state cannot change before the UPDATE below)
-		SELECT c.message_id, (c.state = 'r' AND c.attempts >= allowed) AS dies
+		SELECT c.message_id, c.bucket, (c.state = 'r' AND c.attempts >= allowed) AS dies
 		  FROM inbox.entries AS c
 		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
 		   AND c.state <> 'd'
@@ -703,6 +715,7 @@ BEGIN
 		  FROM candidates AS k
 		 WHERE e.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) k.message_id
+		   AND e.bucket OPERATOR(pg_catalog.=) k.bucket
 		RETURNING e.message_id, e.payload, e.payload_bytes, e.attempts, e.received_at, e.state)
 	SELECT t.message_id, t.payload, t.payload_bytes, t.attempts, t.received_at
 	  FROM taken AS t
@@ -724,6 +737,7 @@ BEGIN
 		   owner_session = NULL, lease_until = NULL
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_complete.scope COLLATE "C"
 	   AND e.message_id OPERATOR(pg_catalog.=) inbox_complete.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_complete.scope, inbox_complete.message_id)
 	   AND e.state = 'r' AND e.owner_session = inbox.session_key();
 	IF NOT FOUND THEN
 		PERFORM inbox.refuse(inbox_complete.scope, inbox_complete.message_id, 'completed', 'r');
@@ -758,6 +772,7 @@ BEGIN
 		   owner_session = NULL, lease_until = NULL, last_error = inbox_fail.error
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_fail.scope COLLATE "C"
 	   AND e.message_id OPERATOR(pg_catalog.=) inbox_fail.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_fail.scope, inbox_fail.message_id)
 	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
 	RETURNING e.state INTO new_state;
 	IF NOT FOUND THEN
@@ -786,6 +801,7 @@ BEGIN
 	   SET lease_until = now() + lease
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_extend.scope COLLATE "C"
 	   AND e.message_id OPERATOR(pg_catalog.=) inbox_extend.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_extend.scope, inbox_extend.message_id)
 	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
 	RETURNING e.lease_until INTO until;
 	IF NOT FOUND THEN
@@ -808,6 +824,7 @@ BEGIN
 		   owner_session = NULL, lease_until = NULL
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
 	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
 	   AND e.state = 'x';
 	IF NOT FOUND THEN
 		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
@@ -846,7 +863,8 @@ BEGIN
 	PERFORM inbox.check_key(inbox_result.scope, inbox_result.message_id, true);
 	SELECT e.result INTO r FROM inbox.entries AS e
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_result.scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) inbox_result.message_id COLLATE "C";
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_result.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_result.scope, inbox_result.message_id);
 	RETURN r;
 END
 $$;

@@ -104,26 +104,84 @@ static int	claim_timeout = 0;
  * Plans kept for the life of the backend.  The plan cache re-plans them
  * after DDL on the inbox tables (including DROP and CREATE EXTENSION), and
  * they are always used under the function's pinned search_path.
+ *
+ * Version 1.0.0 reaches the leaf that holds a key directly: the key's
+ * bucket (keys.c) names the leaf, and each leaf has its own plans.  A
+ * statement on the partitioned parent would instead set up tuple routing,
+ * or run-time pruning, on every execution, which cost a claim more than
+ * its own logic.  Each plan is made on first use; they are all generic
+ * (nothing in them depends on the values), so none is ever re-planned.
  */
-static SPIPlanPtr insert_plan = NULL;
-static SPIPlanPtr receive_plan = NULL;
-static SPIPlanPtr lookup_plan = NULL;
+typedef enum LeafPlan
+{
+	LEAF_INSERT,				/* inbox_claim */
+	LEAF_RECEIVE,				/* inbox_receive */
+	LEAF_LOOKUP,				/* the entry of a key */
+	LEAF_PLANS
+} LeafPlan;
 
-static const char *const insert_sql =
-"INSERT INTO inbox.entries (scope, message_id, payload_hash) "
-"VALUES ($1, $2, $3) "
-"ON CONFLICT (scope, message_id) DO NOTHING";
+static SPIPlanPtr leaf_plans[LEAF_PLANS][INBOX_BUCKETS];
 
-/* Prepared only when inbox_receive is first used (version 0.3.0 on) */
-static const char *const receive_sql =
-"INSERT INTO inbox.entries (scope, message_id, payload_hash, state, payload, payload_bytes) "
-"VALUES ($1, $2, $3, 'p', $4, $5) "
-"ON CONFLICT (scope, message_id) DO NOTHING";
+/* The statements; each %d is the bucket, which names its leaf too */
+static const char *const leaf_sql[LEAF_PLANS] = {
+	[LEAF_INSERT] =
+	"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash) "
+	"VALUES ($1, $2, %d, $3) "
+	"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
+	[LEAF_RECEIVE] =
+	"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes) "
+	"VALUES ($1, $2, %d, $3, 'p', $4, $5) "
+	"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 
-static const char *const lookup_sql =
-"SELECT received_at, payload_hash, state FROM inbox.entries "
-"WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\" "
-"AND message_id OPERATOR(pg_catalog.=) $2 COLLATE pg_catalog.\"C\"";
+	/*
+	 * No COLLATE on the parameters: the columns' collation "C" wins over
+	 * the parameters' default one, and Citus cannot plan an explicit one.
+	 */
+	[LEAF_LOOKUP] =
+	"SELECT received_at, payload_hash, state FROM inbox.entries_p%d "
+	"WHERE scope OPERATOR(pg_catalog.=) $1 "
+	"AND message_id OPERATOR(pg_catalog.=) $2 "
+	"AND bucket OPERATOR(pg_catalog.=) %d",
+};
+
+static const int leaf_nargs[LEAF_PLANS] = {3, 5, 2};
+static const Oid leaf_argtypes[LEAF_PLANS][5] = {
+	{TEXTOID, TEXTOID, BYTEAOID},
+	{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID},
+	{TEXTOID, TEXTOID},
+};
+
+/*
+ * The plans of the previous release's SQL (0.4.0), whose inbox.entries is
+ * hash-partitioned by PostgreSQL and has no bucket: used by the previous
+ * release's entry points until ALTER EXTENSION inbox UPDATE runs.
+ */
+static SPIPlanPtr legacy_plans[LEAF_PLANS];
+
+static const char *const legacy_sql[LEAF_PLANS] = {
+	[LEAF_INSERT] =
+	"INSERT INTO inbox.entries (scope, message_id, payload_hash) "
+	"VALUES ($1, $2, $3) "
+	"ON CONFLICT (scope, message_id) DO NOTHING",
+	[LEAF_RECEIVE] =
+	"INSERT INTO inbox.entries (scope, message_id, payload_hash, state, payload, payload_bytes) "
+	"VALUES ($1, $2, $3, 'p', $4, $5) "
+	"ON CONFLICT (scope, message_id) DO NOTHING",
+	[LEAF_LOOKUP] =
+	"SELECT received_at, payload_hash, state FROM inbox.entries "
+	"WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\" "
+	"AND message_id OPERATOR(pg_catalog.=) $2 COLLATE pg_catalog.\"C\"",
+};
+
+/*
+ * Where a call reads and writes one key: the plans for the leaf of its
+ * bucket, or the previous release's plans (legacy).
+ */
+typedef struct KeyPlans
+{
+	bool		legacy;
+	int			bucket;
+} KeyPlans;
 
 /* An entry as read back from inbox.entries, in SPI memory */
 typedef struct InboxEntry
@@ -176,27 +234,38 @@ keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
 	return plan;
 }
 
-static void
-prepare_plans(void)
+/* The plan of kind for the key's leaf (or the legacy one), made on first use */
+static SPIPlanPtr
+key_plan(const KeyPlans *kp, LeafPlan kind)
 {
-	if (insert_plan == NULL)
-	{
-		Oid			types[3] = {TEXTOID, TEXTOID, BYTEAOID};
+	SPIPlanPtr *slot = kp->legacy ? &legacy_plans[kind] : &leaf_plans[kind][kp->bucket];
 
-		insert_plan = keep_plan(insert_sql, 3, types, 0);
-	}
-	if (lookup_plan == NULL)
+	if (*slot == NULL)
 	{
-		Oid			types[2] = {TEXTOID, TEXTOID};
+		char	   *sql = kp->legacy ? pstrdup(legacy_sql[kind]) :
+			psprintf(leaf_sql[kind], kp->bucket, kp->bucket);
 
 		/*
-		 * A generic plan: the plan cache would otherwise keep choosing custom
-		 * plans (a generic scan of all leaves looks costlier on paper) and
-		 * re-plan the duplicate path on every call.  The generic plan prunes
-		 * to one leaf at executor start.
+		 * Generic: the plan cache would otherwise plan the first five calls
+		 * anew, and the legacy lookup, whose generic plan on paper scans
+		 * every leaf, on every call.  The generic plan prunes to one leaf
+		 * at executor start.
 		 */
-		lookup_plan = keep_plan(lookup_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
+		*slot = keep_plan(sql, leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
+						  CURSOR_OPT_GENERIC_PLAN);
 	}
+	return *slot;
+}
+
+/* The plans for (scope, message_id), by the release of the caller's SQL */
+static KeyPlans
+key_plans(text *scope, text *message_id, bool legacy)
+{
+	KeyPlans	kp;
+
+	kp.legacy = legacy;
+	kp.bucket = legacy ? -1 : inbox_bucket(scope, message_id);
+	return kp;
 }
 
 static const char *
@@ -223,7 +292,7 @@ state_name(char state)
  * a concurrent claim whose commit our INSERT has just waited for.
  */
 static bool
-lookup_entry(text *scope, text *message_id, InboxEntry *entry)
+lookup_entry(const KeyPlans *kp, text *scope, text *message_id, InboxEntry *entry)
 {
 	Datum		values[2];
 	HeapTuple	tuple;
@@ -234,7 +303,7 @@ lookup_entry(text *scope, text *message_id, InboxEntry *entry)
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
-	rc = SPI_execute_plan(lookup_plan, values, NULL, false, 1);
+	rc = SPI_execute_plan(key_plan(kp, LEAF_LOOKUP), values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -375,9 +444,10 @@ report_duplicate(text *scope, text *message_id, bytea *payload_hash,
  * connection.
  */
 static bool
-claim_key(SPIPlanPtr plan, Datum *values, const char *nulls,
+claim_key(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls,
 		  text *scope, text *message_id, bytea *payload_hash)
 {
+	SPIPlanPtr	plan = key_plan(kp, kind);
 	int			attempt;
 
 	for (attempt = 1;; attempt++)
@@ -389,7 +459,7 @@ claim_key(SPIPlanPtr plan, Datum *values, const char *nulls,
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			return true;
 		}
-		if (lookup_entry(scope, message_id, &entry))
+		if (lookup_entry(kp, scope, message_id, &entry))
 		{
 			report_duplicate(scope, message_id, payload_hash, &entry);
 			return false;
@@ -418,7 +488,7 @@ claim_key(SPIPlanPtr plan, Datum *values, const char *nulls,
  * False: the message was already processed (inbox.on_duplicate = return).
  */
 static Datum
-claim(FunctionCallInfo fcinfo)
+claim(FunctionCallInfo fcinfo, bool legacy)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
@@ -426,6 +496,7 @@ claim(FunctionCallInfo fcinfo)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	bool		claimed;
+	KeyPlans	kp;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
@@ -435,8 +506,8 @@ claim(FunctionCallInfo fcinfo)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	prepare_plans();
-	claimed = claim_key(insert_plan, values, nulls, scope, message_id, payload_hash);
+	kp = key_plans(scope, message_id, legacy);
+	claimed = claim_key(&kp, LEAF_INSERT, values, nulls, scope, message_id, payload_hash);
 	SPI_finish();
 	PG_RETURN_BOOL(claimed);
 }
@@ -444,14 +515,14 @@ claim(FunctionCallInfo fcinfo)
 Datum
 inbox_claim_1_0(PG_FUNCTION_ARGS)
 {
-	return claim(fcinfo);
+	return claim(fcinfo, false);
 }
 
 Datum
 inbox_claim(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
-	return claim(fcinfo);
+	return claim(fcinfo, true);
 }
 
 /*
@@ -487,7 +558,7 @@ payload_digest(Datum payload, bool is_jsonb)
 
 /* inbox_receive for either payload type; the SQL overloads pick one */
 static Datum
-receive(FunctionCallInfo fcinfo, bool is_jsonb)
+receive(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
@@ -496,6 +567,7 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb)
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', 'n', 'n'};
 	bool		received;
+	KeyPlans	kp;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -516,14 +588,8 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	prepare_plans();
-	if (receive_plan == NULL)
-	{
-		Oid			types[5] = {TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID};
-
-		receive_plan = keep_plan(receive_sql, 5, types, 0);
-	}
-	received = claim_key(receive_plan, values, nulls, scope, message_id, payload_hash);
+	kp = key_plans(scope, message_id, legacy);
+	received = claim_key(&kp, LEAF_RECEIVE, values, nulls, scope, message_id, payload_hash);
 	SPI_finish();
 	PG_RETURN_BOOL(received);
 }
@@ -539,27 +605,27 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb)
 Datum
 inbox_receive_json_1_0(PG_FUNCTION_ARGS)
 {
-	return receive(fcinfo, true);
+	return receive(fcinfo, true, false);
 }
 
 Datum
 inbox_receive_bytes_1_0(PG_FUNCTION_ARGS)
 {
-	return receive(fcinfo, false);
+	return receive(fcinfo, false, false);
 }
 
 Datum
 inbox_receive_json(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
-	return receive(fcinfo, true);
+	return receive(fcinfo, true, true);
 }
 
 Datum
 inbox_receive_bytes(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
-	return receive(fcinfo, false);
+	return receive(fcinfo, false, true);
 }
 
 /*
@@ -571,21 +637,22 @@ inbox_receive_bytes(PG_FUNCTION_ARGS)
  * from a new session: a row means the claim, and so the effect, committed.
  */
 static Datum
-status(FunctionCallInfo fcinfo)
+status(FunctionCallInfo fcinfo, bool legacy)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	InboxEntry	entry;
+	KeyPlans	kp;
 
 	InitMaterializedSRF(fcinfo, 0);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	prepare_plans();
+	kp = key_plans(scope, message_id, legacy);
 
 	/* tuplestore_putvalues copies, so SPI memory may go away afterwards */
-	if (lookup_entry(scope, message_id, &entry))
+	if (lookup_entry(&kp, scope, message_id, &entry))
 	{
 		Datum		values[3];
 		bool		nulls[3] = {false, false, false};
@@ -604,14 +671,14 @@ status(FunctionCallInfo fcinfo)
 Datum
 inbox_status_1_0(PG_FUNCTION_ARGS)
 {
-	return status(fcinfo);
+	return status(fcinfo, false);
 }
 
 Datum
 inbox_status(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
-	return status(fcinfo);
+	return status(fcinfo, true);
 }
 
 /* ------------------------------------------------------------------------
@@ -645,10 +712,11 @@ static SPIPlanPtr insert_many_plan = NULL;
 static SPIPlanPtr lookup_many_plan = NULL;
 
 static const char *const insert_many_sql =
-"INSERT INTO inbox.entries (scope, message_id, payload_hash) "
-"SELECT $1, u.m, u.h FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3)) AS u(m, h) "
+"INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash) "
+"SELECT $1, u.m, u.b, u.h "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)) AS u(m, b, h) "
 "ORDER BY u.m COLLATE pg_catalog.\"C\" "
-"ON CONFLICT (scope, message_id) DO NOTHING "
+"ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
 
 static const char *const lookup_many_sql =
@@ -752,12 +820,13 @@ static int
 claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * npending);
+	Datum	   *buckets = palloc(sizeof(Datum) * npending);
 	Datum	   *hashes = palloc(sizeof(Datum) * npending);
 	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
 	int			dims[1];
 	int			lbs[1] = {1};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 	int			rc;
 	int			i;
 	int			left = 0;
@@ -766,13 +835,15 @@ claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
 	for (i = 0; i < npending; i++)
 	{
 		ids[i] = PointerGetDatum(pending[i]->message_id);
+		buckets[i] = Int16GetDatum((int16) inbox_bucket(scope, pending[i]->message_id));
 		hashes[i] = PointerGetDatum(pending[i]->payload_hash);
 		hash_nulls[i] = (pending[i]->payload_hash == NULL);
 	}
 	dims[0] = npending;
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(construct_array(ids, npending, TEXTOID, -1, false, TYPALIGN_INT));
-	values[2] = PointerGetDatum(construct_md_array(hashes, hash_nulls, 1, dims, lbs,
+	values[2] = PointerGetDatum(construct_array(buckets, npending, INT2OID, 2, true, TYPALIGN_SHORT));
+	values[3] = PointerGetDatum(construct_md_array(hashes, hash_nulls, 1, dims, lbs,
 												   BYTEAOID, -1, false, TYPALIGN_INT));
 
 	/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
@@ -965,20 +1036,20 @@ claim_many(FunctionCallInfo fcinfo)
 		elog(ERROR, "SPI_connect failed");
 	if (insert_many_plan == NULL)
 	{
-		Oid			types[3] = {TEXTOID, TEXTARRAYOID, BYTEAARRAYOID};
+		Oid			types[4] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID};
 
 		/*
 		 * Generic too: a custom plan would be made for every batch, since
 		 * the arrays' sizes change its estimates, and nothing in the plan
 		 * depends on them.
 		 */
-		insert_many_plan = keep_plan(insert_many_sql, 3, types, CURSOR_OPT_GENERIC_PLAN);
+		insert_many_plan = keep_plan(insert_many_sql, 4, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 	if (lookup_many_plan == NULL)
 	{
 		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
 
-		/* A generic plan, for the reason given in prepare_plans */
+		/* Generic as well, for the same reason */
 		lookup_many_plan = keep_plan(lookup_many_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 

@@ -29,16 +29,27 @@
 #define ERRCODE_INBOX_NO_SUCH_MESSAGE	MAKE_SQLSTATE('I','B','0','0','5')
 
 /*
- * Limits on keys, in bytes of the server encoding.  Both key columns share
- * one btree entry, which may hold at most a third of a page (about 2700
- * bytes); these limits keep every legal key far below that, so an insert
- * can never fail inside the index.  The tables' CHECK constraints repeat
- * them, for rows that arrive by COPY (a restore): the regress test
- * "limits" compares the two through inbox.limits().
+ * Limits on keys, in bytes, which a key must meet both in the server
+ * encoding and in UTF-8.  Both key columns share one btree entry, which
+ * may hold at most a third of a page (about 2700 bytes); these limits keep
+ * every legal key far below that, so an insert can never fail inside the
+ * index.  The tables' CHECK constraints repeat them, for rows that arrive
+ * by COPY (a restore): the regress test "limits" compares the two through
+ * inbox.limits().  Counting the UTF-8 form too means that a dump restored
+ * into a database of another encoding, where a key takes at most as many
+ * bytes as in UTF-8, never meets a key its CHECK refuses.
  */
 #define INBOX_MAX_SCOPE_BYTES		256
 #define INBOX_MAX_MESSAGE_ID_BYTES	1024
 #define INBOX_MAX_HASH_BYTES		64
+
+/*
+ * inbox.entries is partitioned by a bucket that the extension computes
+ * from the key's UTF-8 form (keys.c, inbox_bucket) and stores in the row:
+ * leaf inbox.entries_p<N> holds bucket N.  sql/inbox.sql creates exactly
+ * these leaves.
+ */
+#define INBOX_BUCKETS				8
 
 /* The states of an entry (inbox.entries.state, a "char") */
 #define INBOX_STATE_PENDING			'p'

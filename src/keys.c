@@ -28,13 +28,38 @@
 
 PG_FUNCTION_INFO_V1(inbox_check_key);
 PG_FUNCTION_INFO_V1(inbox_quote_sql);
+PG_FUNCTION_INFO_V1(inbox_bucket_sql);
+
+/*
+ * The bytes of t in UTF-8: t's own bytes when the database is in UTF-8, or
+ * in SQL_ASCII, whose text is bytes nobody checked (they are the same
+ * bytes as in UTF-8 whenever they are valid UTF-8); a converted copy
+ * otherwise.
+ */
+static const char *
+utf8_bytes(const text *t, int *len)
+{
+	const char *s = VARDATA_ANY(t);
+	int			n = VARSIZE_ANY_EXHDR(t);
+	int			encoding = GetDatabaseEncoding();
+	const char *u;
+
+	*len = n;
+	if (encoding == PG_UTF8 || encoding == PG_SQL_ASCII)
+		return s;
+	u = pg_server_to_any(s, n, PG_UTF8);
+	if (u != s)
+		*len = strlen(u);
+	return u;
+}
 
 /*
  * Check a key (scope or message_id) against the documented rules: not
- * NULL, not empty, at most maxbytes bytes; return it detoasted.  argname
- * names it in the messages ("message_id", or "message_ids[3]" in a batch).
- * The size is read from the header, so that a gigabyte-long id is refused
- * without first being decompressed into memory.
+ * NULL, not empty, at most maxbytes bytes, in the server encoding and in
+ * UTF-8 (see inbox.h); return it detoasted.  argname names it in the
+ * messages ("message_id", or "message_ids[3]" in a batch).  The size is
+ * read from the header, so that a gigabyte-long id is refused without
+ * first being decompressed into memory.
  */
 text *
 inbox_check_key_datum(Datum value, bool isnull, const char *argname, int maxbytes)
@@ -60,6 +85,24 @@ inbox_check_key_datum(Datum value, bool isnull, const char *argname, int maxbyte
 				 errdetail("The %s is %zu bytes long; the limit is %d bytes.",
 						   argname, len, maxbytes),
 				 errhint("Use a shorter identifier, or a digest of it if the broker's ids are longer.")));
+
+	/* Only a database in another encoding than UTF-8 can differ */
+	if (GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII)
+	{
+		text	   *key = DatumGetTextPP(value);
+		int			utf8len;
+
+		(void) utf8_bytes(key, &utf8len);
+		if (utf8len > maxbytes)
+			ereport(ERROR,
+					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
+					 errmsg("%s is too long", argname),
+					 errdetail("The %s is %zu bytes long, and %d bytes long in UTF-8; the limit is %d bytes in both.",
+							   argname, len, utf8len, maxbytes),
+					 errhint("Use a shorter identifier, or a digest of it. The limit holds in UTF-8 too, so that "
+							 "a dump of this database restores into a database of any encoding.")));
+		return key;
+	}
 
 	return DatumGetTextPP(value);
 }
@@ -114,6 +157,63 @@ inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
 {
 	return inbox_check_hash_datum(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno),
 								  "payload_hash");
+}
+
+/*
+ * The bucket of a key: the leaf of inbox.entries that holds it, stored in
+ * the entry's column "bucket".  It is a hash of the key's UTF-8 form, so
+ * it does not depend on the database's encoding: a dump restored into a
+ * database of another encoding puts every entry back in the leaf where
+ * claims will look for it.  (PostgreSQL's own hash partitioning hashes
+ * the bytes of the server encoding, so such a restore used to route a
+ * re-encoded key into another leaf, or fail that leaf's COPY.)
+ *
+ * 32-bit FNV-1a over scope, a 0xFF byte (which never occurs in UTF-8, so
+ * that ("ab", "c") and ("a", "bc") differ), and message_id; then the
+ * finalizer of MurmurHash3, so that the low bits taken by the modulo
+ * depend on every input bit.  Defined on bytes and fixed here for good:
+ * changing it would strand every stored entry.
+ */
+#define FNV_OFFSET	2166136261u
+#define FNV_PRIME	16777619u
+
+static uint32
+fnv1a(uint32 h, const char *s, int len)
+{
+	for (int i = 0; i < len; i++)
+	{
+		h ^= (unsigned char) s[i];
+		h *= FNV_PRIME;
+	}
+	return h;
+}
+
+int
+inbox_bucket(const text *scope, const text *message_id)
+{
+	const char *s;
+	int			len;
+	uint32		h = FNV_OFFSET;
+
+	s = utf8_bytes(scope, &len);
+	h = fnv1a(h, s, len);
+	h = fnv1a(h, "\xff", 1);
+	s = utf8_bytes(message_id, &len);
+	h = fnv1a(h, s, len);
+
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return (int) (h % INBOX_BUCKETS);
+}
+
+/* inbox.bucket(scope text, message_id text) -> smallint: the same, for SQL */
+Datum
+inbox_bucket_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT16((int16) inbox_bucket(PG_GETARG_TEXT_PP(0), PG_GETARG_TEXT_PP(1)));
 }
 
 /* Unicode code points that reorder or break lines on a terminal or in a log */

@@ -20,6 +20,7 @@ extern bytea *inbox_check_hash_datum(Datum value, bool isnull,
 extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,
 						   const char *argname, int maxbytes);
 extern bytea *inbox_hash_arg(FunctionCallInfo fcinfo, int argno);
+extern int	inbox_bucket(const text *scope, const text *message_id);
 extern char *inbox_quote(const text *t);
 extern char *inbox_hex(const bytea *b);
 

@@ -13,7 +13,12 @@
 #   - pg_dump and restore keep entries in every state, their payloads and
 #     results, and per-scope settings: a message claimed before the dump is
 #     a duplicate after the restore, and a pending one can still be taken;
-#     scope grants and the applications' EXECUTE grants are restored too.
+#     scope grants and the applications' EXECUTE grants are restored too;
+#   - a plain dump restored into a database of another encoding (LATIN1 to
+#     UTF8, UTF8 to LATIN1, SQL_ASCII to UTF8) keeps every entry, ASCII and
+#     not, each in the leaf of its bucket, and every id is still a
+#     duplicate; an id the target encoding cannot hold stops the restore
+#     loudly, and an id too long in UTF-8 is refused when it is claimed.
 use strict;
 use warnings;
 use FindBin;
@@ -476,6 +481,81 @@ my ($rc, $out, $err) = $node->psql('restored', q{
 });
 like($err, qr/permission denied for inbox scope "orders"/,
 	'a scope granted to another role stays closed after the restore');
+
+# --- restore into another encoding ------------------------------------------------
+# The ids: 300 ASCII ones and 60 with non-ASCII letters that LATIN1 holds,
+# built on the server from their UTF-8 bytes, so that each database holds
+# the same characters in its own encoding (SQL_ASCII keeps the bytes).
+my $ids = q{
+	(SELECT 'ascii-' || g AS id FROM generate_series(1, 300) AS g
+	 UNION ALL
+	 SELECT convert_from('\xc3a9'::bytea, 'UTF8') || 't' || g || convert_from('\xc39f'::bytea, 'UTF8')
+	   FROM generate_series(1, 60) AS g) AS ids
+};
+# Every stored id, as UTF-8 bytes, in order, and where each sits
+my $history = q{
+	SELECT count(*) || ' ' || md5(string_agg(encode(convert_to(message_id, 'UTF8'), 'hex'), ','
+											 ORDER BY convert_to(message_id, 'UTF8')))
+	  FROM inbox.entries
+};
+my $misplaced = q{
+	SELECT count(*) FROM inbox.entries
+	 WHERE tableoid::regclass::text <> 'inbox.entries_p' || bucket
+		OR bucket <> inbox.bucket(scope, message_id)
+};
+for my $pair ([ 'LATIN1', 'UTF8' ], [ 'UTF8', 'LATIN1' ], [ 'SQL_ASCII', 'UTF8' ])
+{
+	my ($from, $to) = @$pair;
+	my ($src, $dst) = (lc("enc_${from}_$to") . '_src', lc("enc_${from}_$to") . '_dst');
+	$node->sql("CREATE DATABASE $_ ENCODING '" . ($_ eq $src ? $from : $to)
+		  . "' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+	  for ($src, $dst);
+	$node->safe_psql($src, 'CREATE EXTENSION inbox');
+	is($node->safe_psql($src, "SELECT count(*) FILTER (WHERE inbox_claim('edi', id)) FROM $ids"),
+		'360', "$from: 360 ids claimed, 60 of them not ASCII");
+	my $before = $node->safe_psql($src, $history);
+
+	# A plain dump, as pg_dump writes it by default: each leaf's rows are
+	# COPYed into that leaf, in the source's encoding, which the restore
+	# converts.  ON_ERROR_STOP is how a plain dump is meant to be restored.
+	my $file = $node->basedir . "/$src.sql";
+	$node->command_ok([ 'pg_dump', '--file', $file, '--dbname', $node->connstr($src) ],
+		"$from: plain pg_dump");
+	$node->command_ok(
+		[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-f', $file, '-d', $node->connstr($dst) ],
+		"$from: restored into $to");
+
+	is($node->safe_psql($dst, $history), $before, "$from to $to: every entry is restored, ASCII or not");
+	is($node->safe_psql($dst, $misplaced), '0', "$from to $to: each in the leaf of its bucket");
+	is($node->safe_psql($dst, "SELECT count(*) FILTER (WHERE inbox_claim('edi', id)) FROM $ids"),
+		'0', "$from to $to: and every id is still a duplicate");
+}
+
+# An id that the target encoding cannot hold fails the restore, loudly.
+# The way out (docs/storage.md): restore into a database whose encoding
+# holds every id, such as UTF8.
+$node->sql(q{CREATE DATABASE greek_src ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
+$node->sql(q{CREATE DATABASE greek_dst ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
+$node->safe_psql('greek_src', q{
+	CREATE EXTENSION inbox;
+	SELECT inbox_claim('edi', 'ascii-' || g) FROM generate_series(1, 50) AS g;
+	SELECT inbox_claim('edi', convert_from('\xcea9'::bytea, 'UTF8'));
+});
+my $greek = $node->basedir . '/greek.sql';
+$node->command_ok([ 'pg_dump', '--file', $greek, '--dbname', $node->connstr('greek_src') ],
+	'a UTF8 database holding an id with a Greek letter is dumped');
+($rc, $out, $err) = $node->psql('greek_dst', undef,
+	extra_params => [ '-v', 'ON_ERROR_STOP=1', '-f', $greek ]);
+isnt($rc, 0, 'its restore into LATIN1 stops with an error');
+like($err, qr/has no equivalent in encoding "LATIN1"/, 'that names the character it cannot convert');
+
+# A LATIN1 id within the limit in LATIN1 but not in UTF-8 is refused when
+# claimed, so a dump never holds an id that a UTF8 restore must refuse.
+($rc, $out, $err) = $node->psql($node->safe_psql('postgres', q{
+		SELECT datname FROM pg_database WHERE datname LIKE 'enc_latin1%src'}),
+	q{SELECT inbox_claim('edi', repeat(convert_from('\xc3a9'::bytea, 'UTF8'), 600))});
+like($err, qr/message_id is too long.*\n.*600 bytes long, and 1200 bytes long in UTF-8/,
+	'a LATIN1 id of 600 bytes, 1200 in UTF-8, is refused with 22001');
 
 $node->stop;
 done_testing();
