@@ -172,3 +172,30 @@ SELECT inbox.bucket('billing', 'INVOIC-000123') AS b1,
 SELECT count(*) AS buckets, min(n) AS fewest, max(n) AS most
 FROM (SELECT inbox.bucket('s', 'm' || g), count(*) AS n
       FROM generate_series(1, 80000) g GROUP BY 1) AS b;
+
+--
+-- One statement, one round trip: the effect's INSERT carries the claim.
+--
+CREATE TABLE invoices_one (message_id text, amount int);
+\set VERBOSITY terse
+-- new: one row
+INSERT INTO invoices_one SELECT 'one-1', 10 WHERE inbox_claim('one', 'one-1', '\x01');
+-- redelivered: no row
+INSERT INTO invoices_one SELECT 'one-1', 10 WHERE inbox_claim('one', 'one-1', '\x01');
+-- other content under the same id: IB002, nothing inserted
+INSERT INTO invoices_one SELECT 'one-1', 99 WHERE inbox_claim('one', 'one-1', '\x02');
+-- under inbox.on_duplicate = raise, the duplicate raises IB001
+BEGIN;
+SET LOCAL inbox.on_duplicate = 'raise';
+INSERT INTO invoices_one SELECT 'one-1', 10 WHERE inbox_claim('one', 'one-1', '\x01');
+ROLLBACK;
+-- an aborted statement leaves no claim: the next delivery inserts
+BEGIN;
+INSERT INTO invoices_one SELECT 'one-2', 20 WHERE inbox_claim('one', 'one-2');
+ROLLBACK;
+INSERT INTO invoices_one SELECT 'one-2', 20 WHERE inbox_claim('one', 'one-2');
+SELECT message_id, amount FROM invoices_one ORDER BY 1;
+\set VERBOSITY default
+SELECT state FROM inbox_status('one', 'one-1');
+DROP TABLE invoices_one;
+SELECT inbox_drop_scope('one');

@@ -103,6 +103,10 @@
 #                       machine under the same OS user.  auto falls back to
 #                       pg_terminate_backend, which ends only that backend.
 #   --batch N           deferred: messages per inbox_take (4)
+#   --claim-batch N     claim: deliveries per transaction (1).  Above 1, a
+#                       consumer gathers up to N due deliveries, claims them
+#                       with one inbox_claim_many, inserts the effects of
+#                       those claimed, commits, and acks them all
 #   --work S            deferred: seconds of simulated work per message, spent
 #                       inside the effect's transaction (0.5 to 1.5 times S),
 #                       so that kills land while workers process (0)
@@ -150,6 +154,7 @@ my %opt = (
 	kill_interval => 5,
 	kill_method => 'auto',
 	batch => 4,
+	claim_batch => 1,
 	work => 0,
 	scope => undef,
 	table => 'inbox_load_effects',
@@ -186,6 +191,7 @@ GetOptions(
 	'kill-interval=f' => \$opt{kill_interval},
 	'kill-method=s' => \$opt{kill_method},
 	'batch=i' => \$opt{batch},
+	'claim-batch=i' => \$opt{claim_batch},
 	'work=f' => \$opt{work},
 	'scope=s' => \$opt{scope},
 	'table=s' => \$opt{table},
@@ -210,6 +216,7 @@ bad_usage('--redeliver and --abort must be in [0, 1)')
 bad_usage('--kill-method must be auto, sigkill or terminate')
   unless $opt{kill_method} =~ /^(auto|sigkill|terminate)$/;
 bad_usage('--batch must be between 1 and 10000') if $opt{batch} < 1 || $opt{batch} > 10000;
+bad_usage('--claim-batch must be between 1 and 10000') if $opt{claim_batch} < 1 || $opt{claim_batch} > 10000;
 bad_usage('--work must not be negative') if $opt{work} < 0;
 bad_usage('--table must be an identifier, optionally schema-qualified')
   unless $opt{table} =~ /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
@@ -311,6 +318,12 @@ my %SQL = (
 	receive_guarded => "SELECT CASE WHEN $GUARD THEN inbox_receive(\$1, \$2, \$3::jsonb) END, "
 	  . "extract(epoch FROM now())::text",
 	status => 'SELECT extract(epoch FROM received_at)::text, state FROM inbox_status($1, $2)',
+	guard => 'SELECT clock_timestamp() < to_timestamp($1::float8) + make_interval(secs => $2::float8)',
+	claim_many => q{SELECT c.status, extract(epoch FROM now())::text
+		  FROM inbox_claim_many($1, $2::text[],
+				ARRAY(SELECT sha256(pg_catalog.convert_to(p, 'UTF8'))
+						FROM unnest($3::text[]) WITH ORDINALITY AS x(p, o) ORDER BY o)) AS c
+		 ORDER BY c.ordinality},
 	effect => "INSERT INTO $table (scope, message_id, actor, attempt) VALUES (\$1, \$2, \$3, \$4)",
 	take => 'SELECT message_id, attempts FROM inbox_take($1, $2)',
 	complete => 'SELECT inbox_complete($1, $2, $3::jsonb)',
@@ -421,7 +434,8 @@ sub new_consumer
 		delivered => [],
 		n => { map { $_ => 0 } qw(deliveries first retries redeliveries fresh duplicates_suppressed
 			  aborts expired interrupted uncertain uncertain_committed uncertain_not_committed
-			  effects_expected reconnects errors late redeliveries_sent redeliveries_dropped) },
+			  effects_expected reconnects errors late redeliveries_sent redeliveries_dropped
+			  batches) },
 		errors => [],
 	};
 }
@@ -702,6 +716,119 @@ sub claim_delivery
 	}
 }
 
+# claim mode with --claim-batch: deliveries claimed together, in one
+# transaction with their effects, by inbox_claim_many.  Each delivery is
+# counted, acked or delivered again exactly as claim_delivery does it.
+sub claim_batch_delivery
+{
+	my ($c, $ds) = @_;
+	my $n = $c->{n};
+	my ($phase, $t0, $abort, @live, @fresh) = ('connect');
+	my $ok = eval {
+		my $dbh = ensure_connected($c);
+		$phase = 'claim';
+		$dbh->begin_work;
+		# A redelivery past its horizon is given up, as claim_delivery's
+		# guard does it.  The batch's claim follows within milliseconds, far
+		# inside the retention, of which the horizon is at most half.
+		@live = ();
+		for my $d (@$ds)
+		{
+			if ($d->{kind} eq 'redelivery' && !(row($dbh, $SQL{guard}, $d->{t0}, $horizon))[0])
+			{
+				$n->{expired}++;
+				next;
+			}
+			push @live, $d;
+		}
+		if (!@live)
+		{
+			$dbh->rollback;
+			return 1;
+		}
+		my $rows = $dbh->selectall_arrayref($dbh->prepare_cached($SQL{claim_many}), undef, $scope,
+			[ map { message_id($_->{id}) } @live ], [ map { payload($_->{id}) } @live ]);
+		die 'inbox_claim_many returned ' . scalar(@$rows) . ' rows for ' . scalar(@live) . " ids\n"
+		  unless @$rows == @live;
+		$n->{batches}++;
+		@fresh = map { $_->[0] eq 'claimed' ? 1 : 0 } @$rows;
+		$t0 = $rows->[0][1];
+		for my $k (0 .. $#live)
+		{
+			my $d = $live[$k];
+			$n->{deliveries}++;
+			$n->{ $d->{kind} eq 'first' ? 'first' : $d->{kind} eq 'retry' ? 'retries' : 'redeliveries' }++;
+			$n->{ $fresh[$k] ? 'fresh' : 'duplicates_suppressed' }++;
+		}
+		$phase = 'effect';
+		for my $k (grep { $fresh[$_] } 0 .. $#live)
+		{
+			run_sql($dbh, $SQL{effect}, $scope, message_id($live[$k]{id}), $c->{name}, $live[$k]{attempt});
+		}
+		if ($c->{loading} && rand() < $opt{abort})
+		{
+			$dbh->rollback;
+			$abort = 1;
+			return 1;
+		}
+		$phase = 'commit';
+		$dbh->commit;
+		1;
+	};
+	if ($ok)
+	{
+		for my $k (0 .. $#live)
+		{
+			my $d = $live[$k];
+			if ($abort)
+			{
+				$n->{aborts}++;
+				requeue($c, $d);
+				next;
+			}
+			$n->{effects_expected}++ if $fresh[$k];
+			acked($c, $d, $fresh[$k] ? $t0 : $d->{t0});
+		}
+		return;
+	}
+
+	my $err = $@;
+	my @all = @live ? @live : @$ds;
+	if (!connection_lost($c->{dbh}))
+	{
+		note_error($c, "$phase of a batch of " . scalar(@all) . ": $err");
+		quietly { $c->{dbh}->rollback };
+		requeue($c, $_) for @all;
+		return;
+	}
+	lose_connection($c);
+	if ($phase ne 'commit')
+	{
+		$n->{interrupted} += @all;
+		requeue($c, $_) for @all;
+		return;
+	}
+	# The batch committed or not, as a whole; each delivery is resolved as
+	# a single one would be (README, "Uncertain commits").
+	$n->{uncertain}++;
+	for my $k (0 .. $#live)
+	{
+		my $d = $live[$k];
+		my $received_at = resolve_uncertain($c, $d, $t0);
+		if (defined $received_at)
+		{
+			$n->{uncertain_committed}++;
+			$n->{effects_expected}++ if $fresh[$k];
+			acked($c, $d, $fresh[$k] ? $received_at : $d->{t0});
+		}
+		else
+		{
+			$n->{uncertain_not_committed}++;
+			requeue($c, $d);
+		}
+	}
+}
+
 # deferred mode: one delivery to the receiver, in autocommit
 sub receive_delivery
 {
@@ -793,6 +920,20 @@ sub run_consumer
 				last;
 			}
 			my $d = next_delivery($c);
+			if (!$deferred && $opt{claim_batch} > 1 && ref $d)
+			{
+				# Gather what else is due, up to the batch size
+				my @batch = ($d);
+				while (@batch < $opt{claim_batch})
+				{
+					my $more = next_delivery($c);
+					last unless ref $more;
+					push @batch, $more;
+				}
+				$c->{busy_at} = time;
+				claim_batch_delivery($c, \@batch);
+				next;
+			}
 			last if defined $d && $d eq 'done';
 			if (!defined $d)
 			{
@@ -1192,7 +1333,8 @@ if ($deferred)
 else
 {
 	push @report,
-	  consumers => $opt{consumers}, ids => $opt{ids},
+	  consumers => $opt{consumers}, claim_batch => $opt{claim_batch}, batches => $n{batches} // 0,
+	  ids => $opt{ids},
 	  delivered_ids => $final{delivered_ids} // 0,
 	  deliveries => $n{deliveries} // 0, first => $n{first} // 0, retries => $n{retries} // 0,
 	  redeliveries => $n{redeliveries} // 0, redelivery_share => $share->($n{redeliveries} // 0),
