@@ -723,7 +723,7 @@ sub claim_batch_delivery
 {
 	my ($c, $ds) = @_;
 	my $n = $c->{n};
-	my ($phase, $t0, $abort, @live, @fresh) = ('connect');
+	my ($phase, $t0, $abort, @live, @fresh, %expired) = ('connect');
 	my $ok = eval {
 		my $dbh = ensure_connected($c);
 		$phase = 'claim';
@@ -737,6 +737,7 @@ sub claim_batch_delivery
 			if ($d->{kind} eq 'redelivery' && !(row($dbh, $SQL{guard}, $d->{t0}, $horizon))[0])
 			{
 				$n->{expired}++;
+				$expired{$d} = 1;
 				next;
 			}
 			push @live, $d;
@@ -793,7 +794,9 @@ sub claim_batch_delivery
 	}
 
 	my $err = $@;
-	my @all = @live ? @live : @$ds;
+	# Every delivery not given up, including those the guard had not
+	# reached when the error came
+	my @all = grep { !$expired{$_} } @$ds;
 	if (!connection_lost($c->{dbh}))
 	{
 		note_error($c, "$phase of a batch of " . scalar(@all) . ": $err");
@@ -922,13 +925,22 @@ sub run_consumer
 			my $d = next_delivery($c);
 			if (!$deferred && $opt{claim_batch} > 1 && ref $d)
 			{
-				# Gather what else is due, up to the batch size
+				# Gather what else is due, up to the batch size, lingering
+				# up to 50 ms for more while the load goes on, as a batch
+				# consumer does (Kafka's fetch.max.wait.ms)
 				my @batch = ($d);
+				my $linger = time + 0.05;
 				while (@batch < $opt{claim_batch})
 				{
 					my $more = next_delivery($c);
-					last unless ref $more;
-					push @batch, $more;
+					if (ref $more)
+					{
+						push @batch, $more;
+						next;
+					}
+					last if !defined $more && !$c->{loading};
+					last if defined $more || time >= $linger;
+					sleep 0.005;
 				}
 				$c->{busy_at} = time;
 				claim_batch_delivery($c, \@batch);
