@@ -59,9 +59,13 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * writes and reads the key's leaf directly, without tuple routing.
  *
  * The length limits repeat those of the C code (src/inbox.h), for rows
- * that arrive by COPY.  Nothing else is checked here: every other column
- * is written only by the extension's functions, which check their values,
- * and a CHECK costs each claim its evaluation.
+ * that arrive by COPY, and so does the bucket: a row whose stored bucket is
+ * not its key's (a restore that reinterpreted a key's bytes, say from
+ * SQL_ASCII into LATIN1) would sit where no claim looks, and the key would
+ * then be claimed twice, so such a row fails its COPY, loudly.  Nothing
+ * else is checked here: every other column is written only by the
+ * extension's functions, which check their values, and a CHECK costs each
+ * claim its evaluation.
  *
  * state: 'd' done (every claim, and a completed deferred message), 'p'
  * pending, 'r' processing, 'x' dead.  The other columns after state belong
@@ -89,7 +93,9 @@ CREATE TABLE inbox.entries (
 	CONSTRAINT entries_scope_length
 		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
 	CONSTRAINT entries_message_id_length
-		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024)
+		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024),
+	CONSTRAINT entries_bucket
+		CHECK (bucket OPERATOR(pg_catalog.=) inbox.bucket(scope, message_id))
 ) PARTITION BY LIST (bucket);
 
 COMMENT ON TABLE inbox.entries IS 'one row per claimed message; the primary key arbitrates claims';
@@ -915,6 +921,8 @@ BEGIN
 	DELETE FROM inbox.entries AS e
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	GET DIAGNOSTICS removed = ROW_COUNT;
+	DELETE FROM inbox.offsets AS o
+	 WHERE o.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	DELETE FROM inbox.scopes AS s
 	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
@@ -1128,7 +1136,7 @@ AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.inbox_drop_scope(text) IS
-'remove a scope that will never be used again, with all its entries; returns the entries removed';
+'remove a scope that will never be used again, with all its entries and stream offsets; returns the entries removed';
 
 CREATE FUNCTION @extschema@.inbox_grant(scope text, role regrole)
 RETURNS boolean
@@ -1292,6 +1300,242 @@ SET search_path = pg_catalog, pg_temp;
 CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
 	WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
 	EXECUTE FUNCTION inbox.guard_drop();
+
+/* ------------------------------------------------------------------------
+ * Streams: deduplication by a high-water mark (src/offsets.c)
+ *
+ * For a stream that delivers in order with a monotonic sequence number,
+ * one row per (scope, stream) holds the highest number claimed.  A claim
+ * advances it in the caller's transaction; the row's lock orders the
+ * claims of one stream.  Nothing is inserted per message, so nothing is
+ * purged: an offset stays until its scope is dropped.
+ * ------------------------------------------------------------------------ */
+
+CREATE TABLE inbox.offsets (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	stream text COLLATE pg_catalog."C" NOT NULL,
+	seq bigint NOT NULL,
+	advanced_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT offsets_pkey PRIMARY KEY (scope, stream),
+	CONSTRAINT offsets_scope_length
+		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
+	CONSTRAINT offsets_stream_length
+		CHECK (pg_catalog.octet_length(stream) OPERATOR(pg_catalog.<=) 1024),
+	CONSTRAINT offsets_seq_nonnegative
+		CHECK (seq OPERATOR(pg_catalog.>=) 0)
+);
+
+COMMENT ON TABLE inbox.offsets IS 'per (scope, stream), the highest sequence number claimed';
+
+REVOKE ALL ON TABLE inbox.offsets FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.offsets', '');
+
+CREATE FUNCTION inbox.inbox_claim_offset(scope text, stream text, seq bigint,
+										 strict boolean DEFAULT false)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_claim_offset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_claim_offsets(scope text, stream text, first_seq bigint,
+										  last_seq bigint, strict boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_claim_offsets'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_claim_offset(text, text, bigint, boolean) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_claim_offsets(text, text, bigint, bigint, boolean) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_claim_offset(scope text, stream text, seq bigint,
+											   strict boolean DEFAULT false)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim_offset(text, text, bigint, boolean) IS
+'claim sequence number seq of an ordered stream: true if above the stream''s mark (which becomes seq), false (or IB001) if not; strict refuses gaps (IB006)';
+
+CREATE FUNCTION @extschema@.inbox_claim_offsets(scope text, stream text, first_seq bigint,
+												last_seq bigint, strict boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim_offsets(text, text, bigint, bigint, boolean) IS
+'claim sequence numbers first_seq to last_seq of an ordered stream: the lowest new one, or NULL (or IB001) if none is new';
+
+REVOKE ALL ON FUNCTION inbox.inbox_claim_offset(text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_claim_offsets(text, text, bigint, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_offset(text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_offsets(text, text, bigint, bigint, boolean) FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * Forgetting, audited (src/forget.c)
+ *
+ * inbox_forget and inbox_forget_range remove processed entries so that
+ * their next delivery is processed again.  Only the extension's owner,
+ * superusers and the roles in inbox.forget_grants may call them (their
+ * entry point checks it: EXECUTE is not enough), and every call leaves
+ * rows in inbox.forget_log, in the same transaction.
+ * ------------------------------------------------------------------------ */
+
+CREATE TABLE inbox.forget_grants (
+	grantee text COLLATE "C" NOT NULL,
+	grantee_oid oid NOT NULL,
+	granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT forget_grants_pkey PRIMARY KEY (grantee),
+	CONSTRAINT forget_grants_grantee_check
+		CHECK (pg_catalog.octet_length(grantee) BETWEEN 1 AND 63)
+);
+
+/*
+ * A role is allowed by name and OID, and counts only while both still
+ * match: a role dropped and another created under its name (by anyone with
+ * CREATEROLE) does not inherit the right to forget.  After a restore into
+ * another cluster the OIDs differ, so the owner allows the roles again: a
+ * power is not restored blindly.
+ */
+COMMENT ON TABLE inbox.forget_grants IS 'roles allowed to forget entries, besides the extension''s owner';
+
+/*
+ * One row per entry forgotten, with the entry as it was; or one row with
+ * no entry for a call that found nothing.  Who: the role that called
+ * (role_name), the session's role, the backend, the application and the
+ * client; when: the time the row was written.
+ */
+CREATE TABLE inbox.forget_log (
+	forgotten_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	transaction_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+	scope text COLLATE "C" NOT NULL,
+	message_id text COLLATE "C",
+	received_from timestamptz,
+	received_before timestamptz,
+	reason text NOT NULL,
+	entry jsonb,
+	role_name text NOT NULL,
+	session_role text NOT NULL,
+	backend_pid integer NOT NULL,
+	application_name text,
+	client_addr inet
+);
+
+COMMENT ON TABLE inbox.forget_log IS 'audit of inbox_forget and inbox_forget_range';
+
+CREATE INDEX forget_log_scope_forgotten_at ON inbox.forget_log (scope, forgotten_at);
+
+REVOKE ALL ON TABLE inbox.forget_grants, inbox.forget_log FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.forget_grants', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.forget_log', '');
+
+CREATE FUNCTION inbox.inbox_forget(scope text, message_id text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_forget_range(scope text, received_from timestamptz,
+										 received_before timestamptz, reason text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_forget_range'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_allow_forget(role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF inbox_allow_forget.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
+	END IF;
+	INSERT INTO inbox.forget_grants AS g (grantee, grantee_oid)
+	VALUES (pg_catalog.pg_get_userbyid(inbox_allow_forget.role), inbox_allow_forget.role)
+	ON CONFLICT (grantee) DO UPDATE SET grantee_oid = EXCLUDED.grantee_oid, granted_at = pg_catalog.now()
+	WHERE g.grantee_oid OPERATOR(pg_catalog.<>) EXCLUDED.grantee_oid;
+	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_disallow_forget(role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF inbox_disallow_forget.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
+	END IF;
+	DELETE FROM inbox.forget_grants AS g
+	 WHERE g.grantee OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(inbox_disallow_forget.role);
+	RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.inbox_forget(text, text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_forget_range(text, timestamptz, timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_allow_forget(regrole) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_disallow_forget(regrole) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_forget(scope text, message_id text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_forget(text, text, text) IS
+'remove a processed entry so that its next delivery is processed again; audited; owner, superusers and allowed roles only';
+
+CREATE FUNCTION @extschema@.inbox_forget_range(scope text, received_from timestamptz,
+											   received_before timestamptz, reason text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_enter_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_forget_range(text, timestamptz, timestamptz, text) IS
+'remove a scope''s processed entries received in [received_from, received_before), for a replay; audited; returns how many';
+
+CREATE FUNCTION @extschema@.inbox_allow_forget(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_allow_forget(regrole) IS
+'let a role (and its members) call inbox_forget and inbox_forget_range';
+
+CREATE FUNCTION @extschema@.inbox_disallow_forget(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_disallow_forget(regrole) IS
+'withdraw what inbox_allow_forget gave';
+
+CREATE VIEW @extschema@.inbox_forget_log WITH (security_barrier) AS
+	SELECT f.forgotten_at, f.transaction_id, f.scope, f.message_id, f.received_from,
+		   f.received_before, f.reason, f.role_name, f.session_role, f.backend_pid,
+		   f.application_name, f.client_addr, f.entry
+	  FROM inbox.forget_log AS f
+	 WHERE inbox.scope_visible(f.scope);
+
+COMMENT ON VIEW @extschema@.inbox_forget_log IS
+'who forgot which entries, when and why, with the entries as they were';
+
+REVOKE ALL ON FUNCTION inbox.inbox_forget(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_forget_range(text, timestamptz, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_allow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_disallow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_forget(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_forget_range(text, timestamptz, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_allow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_disallow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON @extschema@.inbox_forget_log FROM PUBLIC;
 
 /* ------------------------------------------------------------------------
  * Privileges

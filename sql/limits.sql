@@ -18,6 +18,7 @@ SELECT count(*) AS constraints_checked,
        count(*) FILTER (WHERE max_bytes = CASE col
                                            WHEN 'scope' THEN l.scope_bytes
                                            WHEN 'message_id' THEN l.message_id_bytes
+                                           WHEN 'stream' THEN l.message_id_bytes
                                            WHEN 'payload_hash' THEN l.payload_hash_bytes
                                            WHEN 'grantee' THEN 63
                                          END) AS agreeing

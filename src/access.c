@@ -65,6 +65,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "access.h"
 #include "compat.h"
 #include "inbox.h"
 #include "keys.h"
@@ -72,6 +73,7 @@
 
 PG_FUNCTION_INFO_V1(inbox_enter_scope);
 PG_FUNCTION_INFO_V1(inbox_enter_admin);
+PG_FUNCTION_INFO_V1(inbox_enter_forget);
 PG_FUNCTION_INFO_V1(inbox_scope_grants_changed);
 PG_FUNCTION_INFO_V1(inbox_scope_visible);
 
@@ -147,17 +149,44 @@ rel_owner(Oid relid)
 }
 
 /*
- * Load inbox.scope_grants into the cache.  The caller need not be able to
- * read the table (application roles cannot), so the query runs as the
- * table's owner, with the search_path pinned like the API's; both are
- * restored before returning, and on error by the transaction's abort.
+ * Reading the extension's tables for a caller who may not read them
+ * (application roles cannot): as their owner, with the search_path pinned
+ * like the API's, in an SPI connection.  as_owner_end restores both; an
+ * error restores them by the transaction's abort.
  */
-static void
-grants_load(void)
+typedef struct AsOwner
 {
 	Oid			save_userid;
 	int			save_sec_context;
 	int			save_nestlevel;
+} AsOwner;
+
+static void
+as_owner_begin(AsOwner *as, Oid owner)
+{
+	GetUserIdAndSecContext(&as->save_userid, &as->save_sec_context);
+	SetUserIdAndSecContext(owner, as->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	as->save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+static void
+as_owner_end(AsOwner *as)
+{
+	SPI_finish();
+	AtEOXact_GUC(true, as->save_nestlevel);
+	SetUserIdAndSecContext(as->save_userid, as->save_sec_context);
+}
+
+/* Load inbox.scope_grants into the cache, as its owner */
+static void
+grants_load(void)
+{
+	AsOwner		as;
 	HASHCTL		ctl;
 	uint64		i;
 	char	   *version;
@@ -194,16 +223,7 @@ grants_load(void)
 	grants_cache = hash_create("inbox scope grants", 16, &ctl,
 							   HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(rel_owner(grants_relid),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-							 true, 0, false);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	as_owner_begin(&as, rel_owner(grants_relid));
 	/* read_only: SPI then uses the active snapshot, pushed here */
 	PushActiveSnapshot(GetLatestSnapshot());
 	version = inbox_sql_version();
@@ -239,9 +259,7 @@ grants_load(void)
 		MemoryContextSwitchTo(oldcxt);
 	}
 
-	SPI_finish();
-	AtEOXact_GUC(true, save_nestlevel);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	as_owner_end(&as);
 }
 
 /*
@@ -482,4 +500,100 @@ inbox_scope_grants_changed(PG_FUNCTION_ARGS)
 				 errmsg("inbox.scope_grants_changed() must be called as a trigger")));
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	return PointerGetDatum(NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Forgetting
+ *
+ * inbox_forget and inbox_forget_range remove what the inbox exists to
+ * keep, so EXECUTE is not enough: applications are often granted EXECUTE
+ * on the whole API.  Their entry point also requires the privileges of the
+ * extension's owner (its members and superusers have them), or of a role
+ * that the owner allowed with inbox_allow_forget (inbox.forget_grants,
+ * by name, as scope grants are).  It then tells the implementation, which
+ * runs as the owner, who called, for the audit row.
+ * ------------------------------------------------------------------------
+ */
+
+/* The role that called the running inbox_forget* entry point */
+static Oid	forget_caller = InvalidOid;
+
+Oid
+inbox_forget_caller(void)
+{
+	/* A direct call of the implementation (its owner only) is the owner's */
+	return OidIsValid(forget_caller) ? forget_caller : GetUserId();
+}
+
+/* Whether caller may forget: the owner's privileges, or an allowed role's */
+static bool
+forget_allowed(Oid caller)
+{
+	Oid			relid = inbox_relid("forget_grants");
+	Oid			owner = rel_owner(grants_table());
+	AsOwner		as;
+	bool		allowed = false;
+	uint64		i;
+
+	if (has_privs_of_role(caller, owner))
+		return true;
+	if (!OidIsValid(relid))
+		return false;
+
+	/*
+	 * Read as the rules are now, not as the caller's snapshot saw them: a
+	 * role disallowed after a REPEATABLE READ transaction began is refused.
+	 * A row counts only while its role still has the name and OID it was
+	 * allowed with (see sql/inbox.sql).
+	 */
+	as_owner_begin(&as, owner);
+	PushActiveSnapshot(GetLatestSnapshot());
+	if (SPI_execute("SELECT grantee, grantee_oid FROM inbox.forget_grants", true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read inbox.forget_grants");
+	PopActiveSnapshot();
+	for (i = 0; i < SPI_processed && !allowed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		char	   *grantee = SPI_getvalue(tup, SPI_tuptable->tupdesc, 1);
+		bool		isnull;
+		Oid			oid = DatumGetObjectId(SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull));
+		Oid			role = grantee != NULL ? get_role_oid(grantee, true) : InvalidOid;
+
+		allowed = OidIsValid(role) && !isnull && role == oid && has_privs_of_role(caller, role);
+	}
+	as_owner_end(&as);
+	return allowed;
+}
+
+/* The entry point of inbox_forget and inbox_forget_range */
+Datum
+inbox_enter_forget(PG_FUNCTION_ARGS)
+{
+	InboxEntry *entry = entry_for(fcinfo);
+	Oid			caller = GetUserId();
+	Oid			outer = forget_caller;
+	volatile Datum result = (Datum) 0;
+
+	check_scope(fcinfo);
+	if (!forget_allowed(caller))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to forget inbox entries"),
+				 errdetail("Only the owner of extension inbox, a superuser, or a role allowed with "
+						   "inbox_allow_forget may call %s; role \"%s\" is none of them.",
+						   entry->name, GetUserNameFromId(caller, false)),
+				 errhint("EXECUTE on the function is not enough. The extension's owner allows a role "
+						 "with inbox_allow_forget(role).")));
+
+	forget_caller = caller;
+	PG_TRY();
+	{
+		result = call_impl(fcinfo, entry);
+	}
+	PG_FINALLY();
+	{
+		forget_caller = outer;
+	}
+	PG_END_TRY();
+	return result;
 }

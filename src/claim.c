@@ -221,6 +221,13 @@ claim_init(void)
 							NULL, NULL, NULL);
 }
 
+/* Whether a duplicate raises IB001 (inbox.on_duplicate = raise) */
+bool
+inbox_on_duplicate_raises(void)
+{
+	return on_duplicate == INBOX_ON_DUPLICATE_RAISE;
+}
+
 static SPIPlanPtr
 keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
 {
@@ -319,23 +326,28 @@ lookup_entry(const KeyPlans *kp, text *scope, text *message_id, InboxEntry *entr
 }
 
 /*
- * Run the claim's INSERT under inbox.claim_timeout (message_id is NULL for
- * a batch's INSERT).  The timeout is applied
- * as lock_timeout in a GUC nest level of its own, so it covers exactly this
+ * Run a statement of a claim under inbox.claim_timeout: key is the message
+ * id, or the stream (kind "stream"), or NULL for a batch's INSERT.  With no
+ * timeout set, it is a plain SPI_execute_plan.  The timeout is applied as
+ * lock_timeout in a GUC nest level of its own, so it covers exactly this
  * statement and is undone on success and on error alike; its expiry is
  * reported as IB003 rather than as a generic lock timeout, because the
  * caller asked for a bounded claim and must be able to tell "held by a
  * concurrent claim, try later" from its other errors.
  */
-static int
-insert_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
-			   text *scope, text *message_id)
+int
+inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
+					  const text *scope, const text *key, const char *kind)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	int			nestlevel = NewGUCNestLevel();
+	int			nestlevel;
 	char		timeout[32];
 	int			rc = 0;
 
+	if (claim_timeout <= 0)
+		return SPI_execute_plan(plan, values, nulls, false, 0);
+
+	nestlevel = NewGUCNestLevel();
 	snprintf(timeout, sizeof(timeout), "%d", claim_timeout);
 	(void) set_config_option("lock_timeout", timeout,
 							 PGC_USERSET, PGC_S_SESSION,
@@ -355,14 +367,14 @@ insert_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 		FlushErrorState();
 		ereport(ERROR,
 				(errcode(ERRCODE_INBOX_CLAIM_IN_FLIGHT),
-				 message_id != NULL
-				 ? errmsg("message \"%s\" in scope \"%s\" is being claimed by a concurrent transaction",
-						  inbox_quote(message_id), inbox_quote(scope))
+				 key != NULL
+				 ? errmsg("%s \"%s\" in scope \"%s\" is being claimed by a concurrent transaction",
+						  kind, inbox_quote(key), inbox_quote(scope))
 				 : errmsg("a message of this batch in scope \"%s\" is being claimed by a concurrent transaction",
 						  inbox_quote(scope)),
 				 errdetail("The claim waited %d ms (inbox.claim_timeout) for a lock held by another transaction, "
-						   "most likely an uncommitted claim of the same message.",
-						   claim_timeout),
+						   "most likely an uncommitted claim of the same %s.",
+						   claim_timeout, kind),
 				 errhint("Retry after that transaction ends: if it committed, the retry reports a duplicate; "
 						 "if it rolled back, the retry claims the message.")));
 	}
@@ -381,10 +393,7 @@ insert_entry(SPIPlanPtr plan, Datum *values, const char *nulls,
 {
 	int			rc;
 
-	if (claim_timeout > 0)
-		rc = insert_bounded(plan, values, nulls, scope, message_id);
-	else
-		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+	rc = inbox_execute_bounded(plan, values, nulls, scope, message_id, "message");
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return SPI_processed == 1;
@@ -847,10 +856,7 @@ claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
 												   BYTEAOID, -1, false, TYPALIGN_INT));
 
 	/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
-	if (claim_timeout > 0)
-		rc = insert_bounded(insert_many_plan, values, nulls, scope, NULL);
-	else
-		rc = SPI_execute_plan(insert_many_plan, values, nulls, false, 0);
+	rc = inbox_execute_bounded(insert_many_plan, values, nulls, scope, NULL, "message");
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	for (r = 0; r < SPI_processed; r++)

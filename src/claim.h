@@ -10,6 +10,11 @@
 #ifndef INBOX_CLAIM_H
 #define INBOX_CLAIM_H
 
+#include "executor/spi.h"
+
 extern void claim_init(void);
+extern bool inbox_on_duplicate_raises(void);
+extern int	inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
+								  const text *scope, const text *key, const char *kind);
 
 #endif							/* INBOX_CLAIM_H */

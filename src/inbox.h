@@ -27,6 +27,7 @@
 #define ERRCODE_INBOX_CLAIM_IN_FLIGHT	MAKE_SQLSTATE('I','B','0','0','3')
 #define ERRCODE_INBOX_NOT_OWNER			MAKE_SQLSTATE('I','B','0','0','4')
 #define ERRCODE_INBOX_NO_SUCH_MESSAGE	MAKE_SQLSTATE('I','B','0','0','5')
+#define ERRCODE_INBOX_OFFSET_GAP		MAKE_SQLSTATE('I','B','0','0','6')
 
 /*
  * Limits on keys, in bytes, which a key must meet both in the server

@@ -91,8 +91,10 @@ inbox_check_key_datum(Datum value, bool isnull, const char *argname, int maxbyte
 	{
 		text	   *key = DatumGetTextPP(value);
 		int			utf8len;
+		const char *utf8 = utf8_bytes(key, &utf8len);
 
-		(void) utf8_bytes(key, &utf8len);
+		if (utf8 != VARDATA_ANY(key))
+			pfree((char *) utf8);
 		if (utf8len > maxbytes)
 			ereport(ERROR,
 					(errcode(ERRCODE_STRING_DATA_RIGHT_TRUNCATION),
@@ -197,9 +199,13 @@ inbox_bucket(const text *scope, const text *message_id)
 
 	s = utf8_bytes(scope, &len);
 	h = fnv1a(h, s, len);
+	if (s != VARDATA_ANY(scope))
+		pfree((char *) s);
 	h = fnv1a(h, "\xff", 1);
 	s = utf8_bytes(message_id, &len);
 	h = fnv1a(h, s, len);
+	if (s != VARDATA_ANY(message_id))
+		pfree((char *) s);
 
 	h ^= h >> 16;
 	h *= 0x85ebca6bu;

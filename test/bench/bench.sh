@@ -24,7 +24,7 @@
 # Run by "make bench" (test/run.sh) as an unprivileged OS user with the
 # PostgreSQL bindir first on PATH; the extension must be installed.  Knobs
 # (environment): BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_JOBS,
-# BENCH_MEMORY_CLAIMS, BENCH_DUP_IDS, BENCH_SKIP_CLAIMS, and for retention
+# BENCH_MEMORY_CLAIMS, BENCH_DUP_IDS, BENCH_SKIP_CLAIMS, BENCH_VARIANTS, and for retention
 # BENCH_SKIP_RETENTION, BENCH_RETENTION_SECONDS, BENCH_PURGE_BACKLOG,
 # BENCH_PURGE_SCOPES, BENCH_RETENTION_RUN_SECONDS, BENCH_RETENTION_ROUNDS,
 # BENCH_RETENTION_CYCLES, BENCH_INGEST_CLIENTS, BENCH_INGEST_BATCH,
@@ -308,13 +308,21 @@ if [ "$skip_claims" = 0 ]; then
 #
 # The variants: name, script, scope, and a short description for the table.
 #
-variants=(a b0 b c d h c2 h1 c1 hb cm)
+all_variants="a b0 b c d h c2 h1 c1 hb cm c0 o"
+# BENCH_VARIANTS="c0 o" runs a subset (ratios need both of their variants)
+read -r -a variants <<<"${BENCH_VARIANTS:-$all_variants}"
+for v in "${variants[@]}"; do
+	case " $all_variants " in
+		*" $v "*) ;;
+		*) echo "bench.sh: unknown variant in BENCH_VARIANTS: $v" >&2; exit 2 ;;
+	esac
+done
 declare -A script scope desc
 script=([a]=bare.sql [b0]=handmade_flat.sql [b]=handmade.sql [c]=claim.sql [d]=claim.sql
 	[h]=hand.sql [c2]=claim_const.sql [h1]=hand_one.sql [c1]=claim_one.sql
-	[hb]=hand_batch.sql [cm]=claim_many.sql)
+	[hb]=hand_batch.sql [cm]=claim_many.sql [c0]=claim_alone.sql [o]=offset.sql)
 scope=([a]=bench [b0]=bench [b]=bench [c]=bench [d]=dup [h]=billing [c2]=bench
-	[h1]=billing [c1]=bench [hb]=billing [cm]=bench)
+	[h1]=billing [c1]=bench [hb]=billing [cm]=bench [c0]=bench [o]=streams)
 desc=(
 	[a]="bare business transaction: INSERT into orders"
 	[b0]="hand-written inbox, unpartitioned table (context)"
@@ -327,6 +335,8 @@ desc=(
 	[c1]="INSERT ... WHERE inbox_claim(), one statement"
 	[hb]="hand-written batch of 100 ids + multi-row INSERT (tps = batches/s)"
 	[cm]="inbox_claim_many() of 100 ids + INSERT of the claimed (tps = batches/s)"
+	[c0]="inbox_claim() alone (claims/s)"
+	[o]="inbox_claim_offset() alone, a stream per client (claims/s)"
 )
 
 #
@@ -367,7 +377,7 @@ run_variant()
 	local ticks0="" ticks1="" cpu_us=n/a
 	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
 	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$secs" \
-		-D base="$base" -D span="$vspan" -D scope="${scope[$v]}" \
+		-D base="$base" -D span="$vspan" -D scope="${scope[$v]}" -D seq=0 \
 		-f "$here/${script[$v]}" 2>&1); then
 		echo "$out" >&2
 		echo "bench.sh: pgbench failed on variant ($v)" >&2
@@ -399,6 +409,8 @@ run_variant()
 		b0) exp=("$n" 0 0 0 "$n" 0) ;;
 		b) exp=("$n" 0 0 "$n" 0 0) ;;
 		c | c2 | c1) exp=("$n" "$n" 0 0 0 0) ;;
+		c0) exp=(0 "$n" 0 0 0 0) ;;
+		o) exp=(0 0 0 0 0 0) ;;
 		d) exp=(0 0 0 0 0 0) ;;
 		h | h1) exp=("$n" 0 0 0 0 "$n") ;;
 		hb) exp=($((100 * n)) 0 0 0 0 $((100 * n))) ;;
@@ -412,6 +424,17 @@ run_variant()
 			exit 1
 		fi
 	done
+
+	# (o) every claim was new: each client's stream ends at its number of
+	# transactions, so the marks add up to all of them
+	if [ "$v" = o ]; then
+		local marks
+		marks=$(sql "SELECT coalesce(sum(seq), 0) FROM inbox.offsets WHERE scope = 'streams' AND stream LIKE 'run-$base-%'")
+		if [ "$marks" -ne "$n" ]; then
+			echo "bench.sh: variant (o) run $run_no processed $n transactions, but its streams' marks add up to $marks" >&2
+			exit 1
+		fi
+	fi
 
 	if [ -n "$ticks1" ]; then
 		cpu_us=$(((ticks1 - ticks0) * 1000000 / clk_tck / n))
@@ -468,6 +491,8 @@ echo
 ratio()
 {
 	local x=$1 y=$2 op=$3 target=$4 value status
+	# A subset (BENCH_VARIANTS) may lack one side
+	[ -n "${median[$x]:-}" ] && [ -n "${median[$y]:-}" ] || return 0
 	value=$(awk -v x="${median[$x]}" -v y="${median[$y]}" 'BEGIN { printf "%.3f", x / y }')
 	case $op in
 		ge) status=$(awk -v v="$value" -v t="$target" 'BEGIN { print (v >= t) ? "met" : "NOT met" }')
@@ -485,6 +510,7 @@ echo "|---|---:|---|---|"
 ratio c2 h ge 1.0
 ratio cm hb ge 1.1
 ratio c1 h1 ge 0.95
+ratio o c0 ge 1.5
 ratio c b ge 1.0
 ratio c b0 none 0
 ratio c a ge 0.85

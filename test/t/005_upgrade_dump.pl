@@ -416,6 +416,10 @@ $node->safe_psql('src', q{
 	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea) TO dump_app;
 	SELECT inbox_grant('billing', 'dump_app');
 	SELECT inbox_grant('orders', 'upgrade_app');
+	SELECT inbox_claim_offset('billing', 'partition-0', 7);
+	SELECT inbox_claim('billing', 'FORGET-ME');
+	SELECT inbox_forget('billing', 'FORGET-ME', 'dump test');
+	SELECT inbox_allow_forget('dump_app');
 });
 # done-1 completed with a result, dead-1 failed into the dead letters.
 $node->safe_psql('src', q{
@@ -447,6 +451,14 @@ is(join('', map { (split /\|/)[2] } @lines), 'dxdp',
 	'in states done, dead, done and pending') or diag($src_state);
 my $settings = "SELECT string_agg(concat_ws('|', scope, retention, max_attempts), ',' ORDER BY scope) FROM inbox.scopes WHERE retention IS NOT NULL OR max_attempts IS NOT NULL";
 my $src_settings = $node->safe_psql('src', $settings);
+my $streams = q{
+	SELECT (SELECT string_agg(scope || '/' || stream || '=' || seq, ',') FROM inbox.offsets) || ' '
+		|| (SELECT string_agg(message_id || ':' || reason || ':' || (entry->>'state'), ',') FROM inbox.forget_log) || ' '
+		|| (SELECT string_agg(grantee, ',') FROM inbox.forget_grants)
+};
+my $src_streams = $node->safe_psql('src', $streams);
+is($src_streams, 'billing/partition-0=7 FORGET-ME:dump test:d dump_app',
+	'the source has a stream offset, a forget audit row and a role allowed to forget');
 
 my $dump = $node->basedir . '/src.dump';
 $node->command_ok(
@@ -460,6 +472,10 @@ $node->command_ok(
 is($node->safe_psql('restored', $state), $src_state,
 	'every entry is restored with its state, times, hashes, payloads, attempts, errors and results');
 is($node->safe_psql('restored', $settings), $src_settings, 'per-scope settings are restored');
+is($node->safe_psql('restored', $streams), $src_streams,
+	'stream offsets, the forget audit and the roles allowed to forget are restored');
+is($node->safe_psql('restored', "SELECT inbox_claim_offset('billing', 'partition-0', 7)"),
+	'f', 'a sequence number claimed before the dump is a duplicate after the restore');
 is($node->safe_psql('restored', "SELECT string_agg(scope || ':' || grantee, ',' ORDER BY scope) FROM inbox_grants"),
 	'billing:dump_app,orders:upgrade_app', 'scope grants are restored, by role name');
 is( $node->safe_psql('restored', q{
@@ -548,6 +564,24 @@ $node->command_ok([ 'pg_dump', '--file', $greek, '--dbname', $node->connstr('gre
 	extra_params => [ '-v', 'ON_ERROR_STOP=1', '-f', $greek ]);
 isnt($rc, 0, 'its restore into LATIN1 stops with an error');
 like($err, qr/has no equivalent in encoding "LATIN1"/, 'that names the character it cannot convert');
+
+# SQL_ASCII into LATIN1 reinterprets non-ASCII bytes as other characters:
+# such a key's stored bucket is not its bucket there, and the restore stops
+# on the bucket CHECK rather than leave a key that would be claimed twice.
+$node->sql(q{CREATE DATABASE bytes_src ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
+$node->sql(q{CREATE DATABASE bytes_dst ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0});
+$node->safe_psql('bytes_src', q{
+	CREATE EXTENSION inbox;
+	SELECT inbox_claim('edi', convert_from('\xc3a9'::bytea, 'UTF8') || 't' || g) FROM generate_series(1, 40) AS g;
+});
+my $bytes = $node->basedir . '/bytes.sql';
+$node->command_ok([ 'pg_dump', '--file', $bytes, '--dbname', $node->connstr('bytes_src') ],
+	'an SQL_ASCII database with non-ASCII ids is dumped');
+($rc, $out, $err) = $node->psql('bytes_dst', undef,
+	extra_params => [ '-v', 'ON_ERROR_STOP=1', '-f', $bytes ]);
+isnt($rc, 0, 'its restore into LATIN1 stops with an error');
+like($err, qr/violates check constraint "entries_bucket"/,
+	'on the bucket check, as a reinterpreted key would otherwise be claimed twice');
 
 # A LATIN1 id within the limit in LATIN1 but not in UTF-8 is refused when
 # claimed, so a dump never holds an id that a UTF8 restore must refuse.

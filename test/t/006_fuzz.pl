@@ -28,6 +28,7 @@ $node->safe_psql(
 	'postgres', q{
 CREATE TABLE fuzz_log (n int, call text, sqlstate text, message text);
 CREATE TABLE fuzz_made (scope text COLLATE "C", message_id text COLLATE "C");
+CREATE TABLE fuzz_offsets (scope text COLLATE "C", stream text COLLATE "C");
 
 -- A random text argument: NULL, empty, huge, or random characters.
 CREATE FUNCTION rnd_text() RETURNS text LANGUAGE plpgsql AS $$
@@ -75,6 +76,20 @@ $$;
 CREATE FUNCTION rnd_int() RETURNS text LANGUAGE sql AS $$
 	SELECT (ARRAY[NULL, '0', '-1', '1', '5', '10000', '10001', '2147483647',
 				  '-2147483648', 'x', '1e10'])[1 + (random() * 10)::int]
+$$;
+
+CREATE FUNCTION rnd_bigint() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, '0', '-1', '1', '5', '7', '9223372036854775807', '-9223372036854775808',
+				  '9223372036854775808', 'x', '1e10', (random() * 20)::int::text])[1 + (random() * 11)::int]
+$$;
+
+CREATE FUNCTION rnd_bool() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, 'true', 'false', 'maybe'])[1 + (random() * 3)::int]
+$$;
+
+CREATE FUNCTION rnd_time() RETURNS text LANGUAGE sql AS $$
+	SELECT (ARRAY[NULL, 'now', '-infinity', 'infinity', '2026-01-01', 'garbage', '294277-01-01',
+				  '1999-12-31 23:59:59+14'])[1 + (random() * 7)::int]
 $$;
 
 CREATE ROLE fuzz_app;
@@ -128,7 +143,7 @@ DECLARE
 BEGIN
 	PERFORM setseed(0.4242);
 	FOR n IN 1 .. calls LOOP
-		f := (random() * 17)::int;
+		f := (random() * 21)::int;
 		a := rnd_text();
 		b := rnd_text();
 		sql := CASE f
@@ -154,6 +169,13 @@ BEGIN
 								'SELECT count(*)::text FROM c',
 								a, rnd_text_array(), rnd_bytea_array(),
 								(ARRAY['raise', 'return', NULL, 'ignore'])[1 + (random() * 3)::int], a)
+			WHEN 17 THEN format('SELECT inbox_claim_offset(%L, %L, %L::bigint, %L::boolean)::text',
+								a, b, rnd_bigint(), rnd_bool())
+			WHEN 18 THEN format('SELECT inbox_claim_offsets(%L, %L, %L::bigint, %L::bigint, %L::boolean)::text',
+								a, b, rnd_bigint(), rnd_bigint(), rnd_bool())
+			WHEN 19 THEN format('SELECT inbox_forget(%L, %L, %L)::text', a, b, rnd_text())
+			WHEN 20 THEN format('SELECT inbox_forget_range(%L, %L::timestamptz, %L::timestamptz, %L)::text',
+								a, rnd_time(), rnd_time(), rnd_text())
 			ELSE 'SELECT inbox_purge()::text'
 		END;
 		BEGIN
@@ -169,6 +191,9 @@ BEGIN
 			END IF;
 			IF f IN (0, 1, 3, 4) AND res = 'true' THEN
 				INSERT INTO fuzz_made VALUES (a, b);
+			END IF;
+			IF f IN (17, 18) AND res IS NOT NULL AND res <> 'false' THEN
+				INSERT INTO fuzz_offsets VALUES (a, b);
 			END IF;
 		EXCEPTION WHEN OTHERS THEN
 			GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
@@ -191,14 +216,16 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM fuzz_log'),
 #   22 data exception (our checks, casts of the fuzzer's own arguments,
 #      out-of-range intervals, refused setting values), 54 program limit,
 #   IB the extension's own, 42725/42883 function resolution, 0A000 feature
-#   not supported, 42704 a role name that names no role, 42602 a role name
-#   that is not a name, 55P02 a setting that cannot change in a session.
+#   not supported, 42704 a role name that names no role (or a scope that
+#   names none, for inbox_forget), 42602 a role name that is not a name,
+#   55P02 a setting that cannot change in a session, 55000 a forget of a
+#   message that is not processed yet.
 my $unexpected = $node->safe_psql(
 	'postgres', q{
 	SELECT string_agg(DISTINCT sqlstate || ' ' || message, E'\n')
 	FROM fuzz_log
 	WHERE sqlstate <> '00000' AND left(sqlstate, 2) NOT IN ('22', '54', 'IB')
-	  AND sqlstate NOT IN ('42725', '42883', '0A000', '42704', '55P02', '42602')
+	  AND sqlstate NOT IN ('42725', '42883', '0A000', '42704', '55P02', '42602', '55000')
 });
 is($unexpected, '', 'every failing call raised an expected SQLSTATE')
   or diag($unexpected);
@@ -225,6 +252,24 @@ is( $node->safe_psql(
 	0, 'every entry was made by a call that succeeded');
 cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM fuzz_made'), '>', 100,
 	'(and there are entries to check)');
+
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.offsets o
+	WHERE octet_length(o.scope) NOT BETWEEN 1 AND 256 OR octet_length(o.stream) NOT BETWEEN 1 AND 1024
+	   OR o.seq < 0
+	   OR NOT EXISTS (SELECT FROM fuzz_offsets f WHERE f.scope = o.scope AND f.stream = o.stream)
+}),
+	0, 'every stream offset was made by a call that succeeded, and none is malformed');
+for my $f ([ 17, 'inbox_claim_offset' ], [ 18, 'inbox_claim_offsets' ], [ 19, 'inbox_forget' ],
+	[ 20, 'inbox_forget_range' ])
+{
+	my ($n, $name) = @$f;
+	cmp_ok($node->safe_psql('postgres', "SELECT count(*) FROM fuzz_log WHERE call LIKE 'SELECT $name(%' AND sqlstate = '00000'"),
+		'>', 5, "$name succeeded several times");
+}
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.forget_log WHERE reason IS NULL OR octet_length(reason) NOT BETWEEN 1 AND 1024}),
+	0, 'every forget audit row has a reason within the limit');
 
 is( $node->safe_psql('postgres', q{
 	SELECT count(*) FROM inbox.scope_grants g
