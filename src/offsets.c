@@ -56,10 +56,12 @@ PG_FUNCTION_INFO_V1(inbox_claim_offsets);
 
 /*
  * The plans, kept for the life of the backend (see claim.c).  A plain
- * claim that may have a gap is one statement: the upsert's WHERE is
- * checked against the row it locked, which is the latest committed
- * version.  A strict claim or a range needs the mark before deciding, so
- * it locks the row first.
+ * claim that may have a gap is one UPDATE in the common case, a stream that
+ * exists and a new number: under READ COMMITTED an UPDATE that finds the
+ * row locked waits, then checks its WHERE against the version that
+ * committed.  Otherwise (a duplicate, a new stream, a strict claim, a
+ * range) the claim needs the mark before deciding, so it locks the row, or
+ * creates it.
  */
 static SPIPlanPtr advance_plan = NULL;
 static SPIPlanPtr lock_plan = NULL;
@@ -67,10 +69,9 @@ static SPIPlanPtr create_plan = NULL;
 static SPIPlanPtr update_plan = NULL;
 
 static const char *const advance_sql =
-"INSERT INTO inbox.offsets AS o (scope, stream, seq) VALUES ($1, $2, $3) "
-"ON CONFLICT (scope, stream) DO UPDATE "
-"SET seq = EXCLUDED.seq, advanced_at = pg_catalog.now() "
-"WHERE o.seq OPERATOR(pg_catalog.<) EXCLUDED.seq";
+"UPDATE inbox.offsets SET seq = $3, advanced_at = pg_catalog.now() "
+"WHERE scope OPERATOR(pg_catalog.=) $1 AND stream OPERATOR(pg_catalog.=) $2 "
+"AND seq OPERATOR(pg_catalog.<) $3";
 
 static const char *const lock_sql =
 "SELECT seq FROM inbox.offsets "
@@ -201,25 +202,18 @@ claim_range(text *scope, text *stream, int64 first, int64 last, bool strict)
 	values[1] = PointerGetDatum(stream);
 	values[2] = Int64GetDatum(last);
 
-	/* The common case, one statement: a single seq, gaps allowed */
+	/* The common case, one statement: a single seq above the mark */
 	if (first == last && !strict)
 	{
 		rc = run_plan(offset_plan(&advance_plan, advance_sql, 3), values);
-		if (rc != SPI_OK_INSERT)
+		if (rc != SPI_OK_UPDATE)
 			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 		if (SPI_processed == 1)
 		{
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			return first;
 		}
-		/*
-		 * A duplicate.  The upsert locked the row: the mark, needed only for
-		 * the message of IB001, is the one it kept.
-		 */
-		if (inbox_on_duplicate_raises() && !lock_mark(values, &mark))
-			elog(ERROR, "the offset of stream \"%s\" vanished", inbox_quote(stream));
-		report_offset_duplicate(scope, stream, last, mark);
-		return -1;
+		/* A duplicate, or a stream with no row yet: see below */
 	}
 
 	/*
