@@ -27,8 +27,9 @@ my $node = InboxTest->node('scale',
 # One entry per scope, a day old, inserted directly: claiming them one by
 # one would only make the test slower.
 $node->sql(qq{
-	INSERT INTO inbox.entries (scope, message_id, received_at)
-	SELECT 'scope-' || g, 'm-1', now() - interval '1 day' FROM generate_series(1, $scopes) g;
+	INSERT INTO inbox.entries (scope, message_id, bucket, received_at)
+	SELECT 'scope-' || g, 'm-1', inbox.bucket('scope-' || g, 'm-1'), now() - interval '1 day'
+	  FROM generate_series(1, $scopes) g;
 });
 
 # A whole round in one transaction, with a retention that expires every
@@ -53,8 +54,9 @@ is($node->sql("SELECT count(*) FROM inbox.entries WHERE scope LIKE 'scope-%'"),
 
 # The background worker, round after round, with a log to check.
 $node->sql(qq{
-	INSERT INTO inbox.entries (scope, message_id, received_at)
-	SELECT 'scope-' || g, 'm-2', now() - interval '1 day' FROM generate_series(1, $scopes) g;
+	INSERT INTO inbox.entries (scope, message_id, bucket, received_at)
+	SELECT 'scope-' || g, 'm-2', inbox.bucket('scope-' || g, 'm-2'), now() - interval '1 day'
+	  FROM generate_series(1, $scopes) g;
 });
 my $log = $node->log_position;
 $node->append_conf('postgresql.conf', qq{
