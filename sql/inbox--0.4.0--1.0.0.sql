@@ -76,10 +76,15 @@ CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
 -- Retention finds a scope's oldest entries through this index.
 CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
 
--- Messages not yet done, oldest first per scope: what inbox_take scans.
--- Done entries (every claim) stay out of it, so it stays small.
+-- Messages pending or processing, oldest first per scope: what inbox_take
+-- scans.  Done entries (every claim) and dead letters stay out of it, so it
+-- stays small, and a take never walks a pile of dead letters.
 CREATE INDEX entries_open ON inbox.entries (scope, received_at)
-	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char";
+	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
+
+-- Dead letters, in an index of their own: takes never walk them.
+CREATE INDEX entries_dead ON inbox.entries (scope, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) 'x'::"char";
 
 INSERT INTO inbox.entries (scope, message_id, bucket, received_at, payload_hash, state, payload,
 	payload_bytes, attempts, owner_session, taken_at, lease_until, visible_after, last_error,
@@ -172,7 +177,7 @@ BEGIN
 		SELECT c.message_id, c.bucket, (c.state = 'r' AND c.attempts >= allowed) AS dies
 		  FROM inbox.entries AS c
 		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-		   AND c.state <> 'd'
+		   AND c.state <> 'd' AND c.state <> 'x'
 		   AND ((c.state = 'p' AND (c.visible_after IS NULL OR c.visible_after <= now()))
 				OR (c.state = 'r' AND (c.lease_until < now()
 									   OR NOT inbox.session_alive(c.owner_session))))
@@ -1005,6 +1010,33 @@ REVOKE ALL ON @extschema@.inbox_forget_log FROM PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.inbox_drop_scope(text) IS
 'remove a scope that will never be used again, with all its entries and stream offsets; returns the entries removed';
+
+/* Dead letters are counted from their own index */
+CREATE OR REPLACE FUNCTION inbox.scope_backlog(OUT scope text, OUT pending bigint, OUT processing bigint,
+									OUT dead bigint, OUT oldest_pending timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	-- Open messages from the open-messages index, dead ones from theirs
+	SELECT b.scope, pg_catalog.sum(b.pending)::bigint, pg_catalog.sum(b.processing)::bigint,
+		   pg_catalog.sum(b.dead)::bigint, pg_catalog.min(b.oldest_pending)
+	  FROM (SELECT e.scope,
+				   count(*) FILTER (WHERE e.state = 'p') AS pending,
+				   count(*) FILTER (WHERE e.state = 'r') AS processing,
+				   0::bigint AS dead,
+				   min(e.received_at) FILTER (WHERE e.state = 'p') AS oldest_pending
+			  FROM inbox.entries AS e
+			 WHERE e.state OPERATOR(pg_catalog.<>) 'd'::"char"
+			   AND e.state OPERATOR(pg_catalog.<>) 'x'::"char"
+			 GROUP BY e.scope
+			UNION ALL
+			SELECT e.scope, 0, 0, count(*), NULL
+			  FROM inbox.entries AS e
+			 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
+			 GROUP BY e.scope) AS b
+	 GROUP BY b.scope
+$$;
 
 /* The old table, now that nothing refers to it */
 ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p0;
