@@ -37,12 +37,12 @@ ALTER TABLE inbox.entries_0_4 DROP CONSTRAINT entries_pkey;
 DROP INDEX inbox.entries_scope_received_at, inbox.entries_open;
 
 CREATE TABLE inbox.entries (
-	scope text COLLATE pg_catalog."C" NOT NULL,
-	message_id text COLLATE pg_catalog."C" NOT NULL,
-	bucket smallint NOT NULL,
-	received_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	scope text COLLATE pg_catalog."C" CONSTRAINT entries_scope_not_null NOT NULL,
+	message_id text COLLATE pg_catalog."C" CONSTRAINT entries_message_id_not_null NOT NULL,
+	bucket smallint CONSTRAINT entries_bucket_not_null NOT NULL,
+	received_at timestamptz CONSTRAINT entries_received_at_not_null NOT NULL DEFAULT pg_catalog.now(),
 	payload_hash bytea,
-	state "char" NOT NULL DEFAULT 'd',
+	state "char" CONSTRAINT entries_state_not_null NOT NULL DEFAULT 'd',
 	payload jsonb,
 	payload_bytes bytea,
 	attempts integer,

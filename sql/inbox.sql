@@ -58,6 +58,11 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * form puts every row back where claims look for it.  The claim path
  * writes and reads the key's leaf directly, without tuple routing.
  *
+ * The NOT NULL constraints are named as PostgreSQL 18 would name them:
+ * 18 records them in pg_constraint, with names unique in the schema, and
+ * the update from 0.4.0 creates this table while the old one still holds
+ * those names.  Earlier versions accept the names and ignore them.
+ *
  * The length limits repeat those of the C code (src/inbox.h), for rows
  * that arrive by COPY, and so does the bucket: a row whose stored bucket is
  * not its key's (a restore that reinterpreted a key's bytes, say from
@@ -73,12 +78,12 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * claims.
  */
 CREATE TABLE inbox.entries (
-	scope text COLLATE pg_catalog."C" NOT NULL,
-	message_id text COLLATE pg_catalog."C" NOT NULL,
-	bucket smallint NOT NULL,
-	received_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	scope text COLLATE pg_catalog."C" CONSTRAINT entries_scope_not_null NOT NULL,
+	message_id text COLLATE pg_catalog."C" CONSTRAINT entries_message_id_not_null NOT NULL,
+	bucket smallint CONSTRAINT entries_bucket_not_null NOT NULL,
+	received_at timestamptz CONSTRAINT entries_received_at_not_null NOT NULL DEFAULT pg_catalog.now(),
 	payload_hash bytea,
-	state "char" NOT NULL DEFAULT 'd',
+	state "char" CONSTRAINT entries_state_not_null NOT NULL DEFAULT 'd',
 	payload jsonb,
 	payload_bytes bytea,
 	attempts integer,
