@@ -228,8 +228,9 @@ inbox_on_duplicate_raises(void)
 	return on_duplicate == INBOX_ON_DUPLICATE_RAISE;
 }
 
-static SPIPlanPtr
-keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
+/* Prepare sql and keep its plan for the life of the backend */
+SPIPlanPtr
+inbox_keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
 {
 	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, argtypes, cursor_options);
 
@@ -258,7 +259,7 @@ key_plan(const KeyPlans *kp, LeafPlan kind)
 		 * every leaf, on every call.  The generic plan prunes to one leaf
 		 * at executor start.
 		 */
-		*slot = keep_plan(sql, leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
+		*slot = inbox_keep_plan(sql, leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
 						  CURSOR_OPT_GENERIC_PLAN);
 	}
 	return *slot;
@@ -1049,14 +1050,14 @@ claim_many(FunctionCallInfo fcinfo)
 		 * the arrays' sizes change its estimates, and nothing in the plan
 		 * depends on them.
 		 */
-		insert_many_plan = keep_plan(insert_many_sql, 4, types, CURSOR_OPT_GENERIC_PLAN);
+		insert_many_plan = inbox_keep_plan(insert_many_sql, 4, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 	if (lookup_many_plan == NULL)
 	{
 		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
 
 		/* Generic as well, for the same reason */
-		lookup_many_plan = keep_plan(lookup_many_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
+		lookup_many_plan = inbox_keep_plan(lookup_many_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 
 	for (attempt = 1; npending > 0; attempt++)

@@ -92,15 +92,7 @@ offset_plan(SPIPlanPtr *slot, const char *sql, int nargs)
 	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
 
 	if (*slot == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		*slot = plan;
-	}
+		*slot = inbox_keep_plan(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
 	return *slot;
 }
 

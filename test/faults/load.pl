@@ -624,6 +624,15 @@ sub resolve_uncertain
 	}
 }
 
+# A delivery claimed or received (fresh) or found a duplicate, in the counters
+sub count_delivery
+{
+	my ($n, $d, $fresh) = @_;
+	$n->{deliveries}++;
+	$n->{ $d->{kind} eq 'first' ? 'first' : $d->{kind} eq 'retry' ? 'retries' : 'redeliveries' }++;
+	$n->{ $fresh ? 'fresh' : 'duplicates_suppressed' }++;
+}
+
 # claim mode: one delivery, one transaction
 sub claim_delivery
 {
@@ -650,9 +659,7 @@ sub claim_delivery
 		{
 			($fresh, $t0) = row($dbh, $SQL{claim}, $scope, $mid, payload($d->{id}));
 		}
-		$n->{deliveries}++;
-		$n->{ $d->{kind} eq 'first' ? 'first' : $d->{kind} eq 'retry' ? 'retries' : 'redeliveries' }++;
-		$n->{ $fresh ? 'fresh' : 'duplicates_suppressed' }++;
+		count_delivery($n, $d, $fresh);
 		$phase = 'effect';
 		run_sql($dbh, $SQL{effect}, $scope, $mid, $c->{name}, $d->{attempt}) if $fresh;
 		if ($c->{loading} && rand() < $opt{abort})
@@ -757,9 +764,7 @@ sub claim_batch_delivery
 		for my $k (0 .. $#live)
 		{
 			my $d = $live[$k];
-			$n->{deliveries}++;
-			$n->{ $d->{kind} eq 'first' ? 'first' : $d->{kind} eq 'retry' ? 'retries' : 'redeliveries' }++;
-			$n->{ $fresh[$k] ? 'fresh' : 'duplicates_suppressed' }++;
+			count_delivery($n, $d, $fresh[$k]);
 		}
 		$phase = 'effect';
 		for my $k (grep { $fresh[$_] } 0 .. $#live)
@@ -866,9 +871,7 @@ sub receive_delivery
 			$n->{expired}++;
 			return;
 		}
-		$n->{deliveries}++;
-		$n->{ $d->{kind} eq 'first' ? 'first' : $d->{kind} eq 'retry' ? 'retries' : 'redeliveries' }++;
-		$n->{ $fresh ? 'fresh' : 'duplicates_suppressed' }++;
+		count_delivery($n, $d, $fresh);
 		my $chain = $fresh ? $t0 : $d->{t0};
 		if (!defined $chain)
 		{
