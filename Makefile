@@ -22,6 +22,7 @@ OBJS = \
 	src/access.o \
 	src/session.o \
 	src/deferred.o \
+	src/wakeup.o \
 	src/purge.o \
 	src/worker.o \
 	src/stats.o \
@@ -41,13 +42,13 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred streams forget limits drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll streams forget limits drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
 	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
-	scope_grants drop_guard purge_private_locks claim_many offsets_race forget_race
+	scope_grants drop_guard purge_private_locks claim_many offsets_race forget_race poll_receipts
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 

@@ -35,7 +35,8 @@ SELECT regress.try($$SELECT inbox_receive('orders', 'evt-9', '{}')$$);
 
 -- Take: oldest first, at most max_messages, durable and owned.
 SELECT inbox_receive('orders', 'evt-2', '{"order": 2}'::jsonb);
-UPDATE inbox.entries SET received_at = received_at - interval '1 hour' WHERE message_id = 'evt-2';
+UPDATE inbox.entries SET received_at = received_at - interval '1 hour', due = due - interval '1 hour'
+ WHERE message_id = 'evt-2';
 SELECT message_id, payload, payload_bytes, attempts FROM inbox_take('orders', 2);
 SELECT message_id, state FROM inbox.entries WHERE scope = 'orders' ORDER BY 1;
 SELECT count(*) AS owned_by_me FROM inbox.entries
@@ -67,7 +68,7 @@ SELECT message_id, attempts FROM inbox_take('orders');
 -- Fail: back to pending after retry_after, then dead after max_attempts.
 SELECT inbox_fail('orders', 'evt-1', 'warehouse API: 503', '1 hour');
 SELECT message_id FROM inbox_take('orders');     -- not visible for an hour
-UPDATE inbox.entries SET visible_after = now() WHERE message_id = 'evt-1';
+UPDATE inbox.entries SET due = now() WHERE message_id = 'evt-1';
 SELECT message_id, attempts FROM inbox_take('orders');
 SELECT inbox_set_max_attempts('orders', 3);
 SELECT inbox_fail('orders', 'evt-1', 'warehouse API: 503');
@@ -93,7 +94,8 @@ SELECT inbox_set_max_attempts('orders', NULL);
 SELECT message_id FROM inbox_take('orders', 1, '1 hour');
 SELECT inbox_extend('orders', 'evt-1', '2 hours') > now() + interval '1 hour' AS extended;
 SELECT message_id FROM inbox_take('orders', 1);  -- lease running: kept
-UPDATE inbox.entries SET lease_until = now() - interval '1 second' WHERE message_id = 'evt-1';
+UPDATE inbox.entries SET lease_until = now() - interval '1 second', due = now() - interval '1 second'
+ WHERE message_id = 'evt-1';
 SELECT message_id, attempts FROM inbox_take('orders', 1);  -- lease over: taken again
 SELECT inbox_complete('orders', 'evt-1');
 SELECT inbox_complete('orders', 'edi-1');

@@ -49,7 +49,8 @@ CREATE TABLE inbox.entries (
 	owner_session bigint,
 	taken_at timestamptz,
 	lease_until timestamptz,
-	visible_after timestamptz,
+	due timestamptz,
+	receipt uuid,
 	last_error text,
 	result jsonb,
 	finished_at timestamptz,
@@ -76,22 +77,32 @@ CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
 -- Retention finds a scope's oldest entries through this index.
 CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
 
--- Messages pending or processing, oldest first per scope: what inbox_take
--- scans.  Done entries (every claim) and dead letters stay out of it, so it
--- stays small, and a take never walks a pile of dead letters.
-CREATE INDEX entries_open ON inbox.entries (scope, received_at)
+-- Messages pending or processing, by when they are due: what a take
+-- scans, from the oldest due down to now, so that it never walks a message
+-- that is leased or delayed.  Done entries (every claim) and dead letters
+-- stay out of it, so it stays small.  message_id breaks ties between
+-- messages received in one transaction: takes hand them out in id order.
+CREATE INDEX entries_open ON inbox.entries (scope, due, message_id)
 	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
+
+-- The take that holds a processing message, for completions by receipt.
+CREATE INDEX entries_receipt ON inbox.entries (receipt)
+	WHERE state OPERATOR(pg_catalog.=) 'r'::"char";
 
 -- Dead letters, in an index of their own: takes never walk them.
 CREATE INDEX entries_dead ON inbox.entries (scope, finished_at)
 	WHERE state OPERATOR(pg_catalog.=) 'x'::"char";
 
 INSERT INTO inbox.entries (scope, message_id, bucket, received_at, payload_hash, state, payload,
-	payload_bytes, attempts, owner_session, taken_at, lease_until, visible_after, last_error,
+	payload_bytes, attempts, owner_session, taken_at, lease_until, due, last_error,
 	result, finished_at)
 SELECT scope, message_id, inbox.bucket(scope, message_id), received_at, payload_hash, state, payload,
-	payload_bytes, attempts, owner_session, taken_at, lease_until, visible_after, last_error,
-	result, finished_at
+	payload_bytes, attempts, owner_session, taken_at, lease_until,
+	-- when each open message is due (see inbox.entries); a message taken
+	-- in 0.4.0 keeps its owner session, and has no receipt
+	CASE state WHEN 'p' THEN coalesce(visible_after, received_at)
+			   WHEN 'r' THEN coalesce(lease_until, taken_at, received_at) END,
+	last_error, result, finished_at
   FROM inbox.entries_0_4;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA inbox FROM PUBLIC;
@@ -136,134 +147,194 @@ BEGIN
 END
 $$;
 
+/*
+ * The take and the completion are C (src/deferred.c): they run kept plans,
+ * which do not depend on statistics or on plan_cache_mode.  The takes'
+ * SET clauses keep their plans on the open-messages index whatever the
+ * statistics say (src/deferred.c says why).  inbox_take
+ * binds what it takes to this session; inbox_poll also gives each message
+ * a receipt, which any session may complete, fail or extend, and can wait
+ * for messages to arrive.
+ */
 CREATE OR REPLACE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
-									   lease interval DEFAULT NULL)
+								 lease interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
 			   attempts integer, received_at timestamptz)
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'inbox_take_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-	me bigint;
-	allowed integer;
-BEGIN
-	PERFORM inbox.check_key(inbox_take.scope, NULL, false);
-	IF max_messages IS NULL OR max_messages < 1 OR max_messages > 10000 THEN
-		RAISE EXCEPTION 'max_messages must be between 1 and 10000'
-			USING ERRCODE = '22023',
-				  DETAIL = format('It is %s.', coalesce(max_messages::text, 'NULL'));
-	END IF;
-	IF lease IS NOT NULL AND lease <= interval '0' THEN
-		RAISE EXCEPTION 'lease must be positive'
-			USING ERRCODE = '22023',
-				  HINT = 'Pass NULL to take without a lease: the message then stays with this session until it is completed or failed, or the session ends.';
-	END IF;
-	me := inbox.session_key();
-	allowed := inbox.max_attempts(inbox_take.scope);
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
 
-	/*
-	 * One pass, oldest first, over the open-messages index: pending
-	 * messages that are due, and processing ones whose owner is gone or
-	 * whose lease ran out.  A lost message that has had all its attempts
-	 * is marked dead instead of being handed out (a message that kills its
-	 * worker must not loop forever); it still uses up a place in
-	 * max_messages, so a take can return fewer rows than are pending.
-	 */
-	RETURN QUERY
-	WITH candidates AS (
-		-- dies: lost after its last allowed attempt (the row is locked, so
-		-- its state cannot change before the UPDATE below)
-		SELECT c.message_id, c.bucket, (c.state = 'r' AND c.attempts >= allowed) AS dies
-		  FROM inbox.entries AS c
-		 WHERE c.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-		   AND c.state <> 'd' AND c.state <> 'x'
-		   AND ((c.state = 'p' AND (c.visible_after IS NULL OR c.visible_after <= now()))
-				OR (c.state = 'r' AND (c.lease_until < now()
-									   OR NOT inbox.session_alive(c.owner_session))))
-		 ORDER BY c.received_at
-		 LIMIT max_messages
-		   FOR UPDATE SKIP LOCKED),
-	taken AS (
-		UPDATE inbox.entries AS e
-		   SET state = CASE WHEN k.dies THEN 'x' ELSE 'r' END::"char",
-			   attempts = CASE WHEN k.dies THEN e.attempts ELSE coalesce(e.attempts, 0) + 1 END,
-			   owner_session = CASE WHEN k.dies THEN NULL ELSE me END,
-			   taken_at = now(),
-			   lease_until = CASE WHEN k.dies THEN NULL ELSE now() + lease END,
-			   visible_after = NULL,
-			   finished_at = CASE WHEN k.dies THEN now() ELSE e.finished_at END,
-			   last_error = CASE WHEN k.dies
-								 THEN coalesce(e.last_error, 'worker lost during the last allowed attempt')
-								 ELSE e.last_error END
-		  FROM candidates AS k
-		 WHERE e.scope OPERATOR(pg_catalog.=) inbox_take.scope COLLATE "C"
-		   AND e.message_id OPERATOR(pg_catalog.=) k.message_id
-		   AND e.bucket OPERATOR(pg_catalog.=) k.bucket
-		RETURNING e.message_id, e.payload, e.payload_bytes, e.attempts, e.received_at, e.state)
-	SELECT t.message_id, t.payload, t.payload_bytes, t.attempts, t.received_at
-	  FROM taken AS t
-	 WHERE t.state = 'r'
-	 ORDER BY t.received_at, t.message_id;
-END
-$$;
+CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT '30 seconds',
+								 wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
 
 CREATE OR REPLACE FUNCTION inbox.inbox_complete(scope text, message_id text, result jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+AS 'MODULE_PATHNAME', 'inbox_complete_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_complete(scope text, receipt uuid, result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+-- The leaf that holds the message a receipt names: src/deferred.c puts
+-- the message's bucket in the low bits of the receipt's first byte.
+CREATE FUNCTION inbox.receipt_bucket(receipt uuid)
+RETURNS smallint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
+	SELECT (pg_catalog.get_byte(pg_catalog.uuid_send(receipt), 0) OPERATOR(pg_catalog.%) 8)::smallint
+$$;
+
+/*
+ * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
+ * receipt matched no row, and raise.
+ */
+CREATE FUNCTION inbox.refuse_receipt(p_scope text, p_receipt uuid, p_action text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
-	PERFORM inbox.check_key(inbox_complete.scope, inbox_complete.message_id, true);
-	UPDATE inbox.entries AS e
-	   SET state = 'd', result = inbox_complete.result, finished_at = now(),
-		   owner_session = NULL, lease_until = NULL
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_complete.scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) inbox_complete.message_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_complete.scope, inbox_complete.message_id)
-	   AND e.state = 'r' AND e.owner_session = inbox.session_key();
-	IF NOT FOUND THEN
-		PERFORM inbox.refuse(inbox_complete.scope, inbox_complete.message_id, 'completed', 'r');
+	IF p_receipt IS NULL THEN
+		RAISE EXCEPTION 'receipt must not be null' USING ERRCODE = '22004';
 	END IF;
+	RAISE EXCEPTION 'the receipt does not hold a message in scope "%"', inbox.quote(p_scope)
+		USING ERRCODE = 'IB004',
+			  DETAIL = format('The message that receipt %s was given for was completed or failed since, or its lease ran out and another take has it now.', p_receipt),
+			  HINT = format('Roll back the transaction, so that the effect of this processing does not commit; a message can only be %s under the receipt of its latest take.', p_action);
 END
 $$;
 
-CREATE OR REPLACE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
-									   retry_after interval DEFAULT NULL)
+/*
+ * fail and extend by owner session or by receipt.  Each pair shares one
+ * body: the UPDATE matches the session's own message (p_receipt NULL), or
+ * the message the receipt holds.
+ */
+CREATE FUNCTION inbox.fail_message(p_scope text, p_id text, p_receipt uuid,
+								   p_error text, p_retry_after interval)
 RETURNS text
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
 DECLARE
 	new_state "char";
 	allowed integer;
 BEGIN
-	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
-	IF retry_after < interval '0' THEN
+	IF p_retry_after < interval '0' THEN
 		RAISE EXCEPTION 'retry_after must not be negative'
 			USING ERRCODE = '22023';
 	END IF;
-	allowed := inbox.max_attempts(inbox_fail.scope);
+	allowed := inbox.max_attempts(p_scope);
 	UPDATE inbox.entries AS e
 	   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed
 						THEN 'x' ELSE 'p' END::"char",
-		   visible_after = CASE WHEN coalesce(e.attempts, 0) >= allowed
-								THEN NULL ELSE now() + coalesce(retry_after, interval '0') END,
+		   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
+					  THEN NULL ELSE now() + coalesce(p_retry_after, interval '0') END,
 		   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed
 							  THEN now() END,
-		   owner_session = NULL, lease_until = NULL, last_error = inbox_fail.error
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_fail.scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) inbox_fail.message_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_fail.scope, inbox_fail.message_id)
-	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.state = 'r'
+	   AND CASE WHEN p_receipt IS NULL
+				THEN e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+					 AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+					 AND e.owner_session = inbox.session_key()
+				ELSE e.receipt = p_receipt
+					 AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt) END
 	RETURNING e.state INTO new_state;
 	IF NOT FOUND THEN
-		PERFORM inbox.refuse(inbox_fail.scope, inbox_fail.message_id, 'failed', 'r');
+		IF p_receipt IS NULL THEN
+			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
+		ELSE
+			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
+		END IF;
 	END IF;
-	PERFORM inbox.count_failure(inbox_fail.scope);
+	PERFORM inbox.count_failure(p_scope);
+	IF new_state = 'p' THEN
+		PERFORM inbox.wake_takers(p_scope);
+	END IF;
 	RETURN inbox.state_name(new_state);
+END
+$$;
+
+CREATE FUNCTION inbox.extend_lease(p_scope text, p_id text, p_receipt uuid, p_lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	until timestamptz;
+BEGIN
+	IF p_lease IS NULL OR p_lease <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023';
+	END IF;
+	UPDATE inbox.entries AS e
+	   SET lease_until = pg_catalog.clock_timestamp() + p_lease,
+		   due = pg_catalog.clock_timestamp() + p_lease
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.state = 'r'
+	   AND CASE WHEN p_receipt IS NULL
+				THEN e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+					 AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+					 AND e.owner_session = inbox.session_key()
+				ELSE e.receipt = p_receipt
+					 AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt) END
+	RETURNING e.lease_until INTO until;
+	IF NOT FOUND THEN
+		IF p_receipt IS NULL THEN
+			PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
+		ELSE
+			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'extended');
+		END IF;
+	END IF;
+	RETURN until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
+								 retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
+	RETURN inbox.fail_message(inbox_fail.scope, inbox_fail.message_id, NULL,
+							  inbox_fail.error, inbox_fail.retry_after);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_fail(scope text, receipt uuid, error text,
+								 retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_fail.scope, NULL, false);
+	IF inbox_fail.receipt IS NULL THEN
+		PERFORM inbox.refuse_receipt(inbox_fail.scope, NULL, 'failed');
+	END IF;
+	RETURN inbox.fail_message(inbox_fail.scope, NULL, inbox_fail.receipt,
+							  inbox_fail.error, inbox_fail.retry_after);
 END
 $$;
 
@@ -272,26 +343,25 @@ RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
-DECLARE
-	until timestamptz;
 BEGIN
 	PERFORM inbox.check_key(inbox_extend.scope, inbox_extend.message_id, true);
-	IF lease IS NULL OR lease <= interval '0' THEN
-		RAISE EXCEPTION 'lease must be positive'
-			USING ERRCODE = '22023';
+	RETURN inbox.extend_lease(inbox_extend.scope, inbox_extend.message_id, NULL,
+							  inbox_extend.lease);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_extend(scope text, receipt uuid, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_extend.scope, NULL, false);
+	IF inbox_extend.receipt IS NULL THEN
+		PERFORM inbox.refuse_receipt(inbox_extend.scope, NULL, 'extended');
 	END IF;
-	UPDATE inbox.entries AS e
-	   SET lease_until = now() + lease
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_extend.scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) inbox_extend.message_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_extend.scope, inbox_extend.message_id)
-	   AND e.state = 'r' AND e.owner_session = inbox.session_key()
-	RETURNING e.lease_until INTO until;
-	IF NOT FOUND THEN
-		PERFORM inbox.refuse(inbox_extend.scope, inbox_extend.message_id, 'extended', 'r');
-	END IF;
-	RETURN until;
+	RETURN inbox.extend_lease(inbox_extend.scope, NULL, inbox_extend.receipt,
+							  inbox_extend.lease);
 END
 $$;
 
@@ -304,8 +374,8 @@ AS $$
 BEGIN
 	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
 	UPDATE inbox.entries AS e
-	   SET state = 'p', attempts = 0, visible_after = NULL, finished_at = NULL,
-		   owner_session = NULL, lease_until = NULL
+	   SET state = 'p', attempts = 0, due = now(), finished_at = NULL,
+		   owner_session = NULL, lease_until = NULL, receipt = NULL
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
 	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
 	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
@@ -313,6 +383,7 @@ BEGIN
 	IF NOT FOUND THEN
 		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
 	END IF;
+	PERFORM inbox.wake_takers(inbox_requeue.scope);
 END
 $$;
 
@@ -1012,6 +1083,12 @@ COMMENT ON FUNCTION @extschema@.inbox_drop_scope(text) IS
 'remove a scope that will never be used again, with all its entries and stream offsets; returns the entries removed';
 
 /* Dead letters are counted from their own index */
+/*
+ * pending counts every pending message, delayed ones included (a
+ * not_before or a retry delay ahead), and oldest_pending is when the
+ * longest-waiting message that is due became due: a message delayed on
+ * purpose does not age.
+ */
 CREATE OR REPLACE FUNCTION inbox.scope_backlog(OUT scope text, OUT pending bigint, OUT processing bigint,
 									OUT dead bigint, OUT oldest_pending timestamptz)
 RETURNS SETOF record
@@ -1025,7 +1102,7 @@ AS $$
 				   count(*) FILTER (WHERE e.state = 'p') AS pending,
 				   count(*) FILTER (WHERE e.state = 'r') AS processing,
 				   0::bigint AS dead,
-				   min(e.received_at) FILTER (WHERE e.state = 'p') AS oldest_pending
+				   min(e.due) FILTER (WHERE e.state = 'p' AND e.due <= now()) AS oldest_pending
 			  FROM inbox.entries AS e
 			 WHERE e.state OPERATOR(pg_catalog.<>) 'd'::"char"
 			   AND e.state OPERATOR(pg_catalog.<>) 'x'::"char"
@@ -1050,3 +1127,170 @@ ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4_p7;
 ALTER EXTENSION inbox DROP TABLE inbox.entries_0_4;
 DROP TABLE inbox.entries_0_4;
 ANALYZE inbox.entries;
+
+/* ------------------------------------------------------------------------
+ * The deferred mode's 1.0.0 additions: receipts, waiting takes, batch and
+ * delayed receives (src/deferred.c, src/wakeup.c)
+ *
+ * They are new functions, beside those of 0.4.0 rather than in their place:
+ * a function whose arguments or result columns change must be dropped and
+ * created again, which would drop the EXECUTE privileges administrators
+ * granted on it, and a GRANT run by an update script would be recorded as
+ * one of the extension's initial privileges, which pg_dump then leaves out.
+ * ------------------------------------------------------------------------ */
+
+-- Wake the takes waiting on a scope when this transaction commits
+CREATE FUNCTION inbox.wake_takers(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_wake_takers'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION inbox.wake_takers(text) FROM PUBLIC;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_extend(text, uuid, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT '30 seconds',
+									   wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) IS
+'take up to max_messages messages under a lease, each with a receipt any session may complete; waits up to wait for one to arrive';
+
+CREATE FUNCTION @extschema@.inbox_complete(scope text, receipt uuid,
+										   result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) IS
+'mark the message a receipt holds as done, from any session; commits with the business effect';
+
+CREATE FUNCTION @extschema@.inbox_fail(scope text, receipt uuid, error text,
+									   retry_after interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) IS
+'give back the message a receipt holds, from any session; returns its new state';
+
+CREATE FUNCTION @extschema@.inbox_extend(scope text, receipt uuid, lease interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_extend(text, uuid, interval) IS
+'extend the lease of the message a receipt holds, from any session; returns the new end of the lease';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
+										  payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz) IS
+'store a message as pending, not to be taken before not_before';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
+										  payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) IS
+'store a binary message as pending, not to be taken before not_before';
+
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) IS
+'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
+
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
+'store a batch of binary messages as pending: one row per id';
+
+REVOKE ALL ON FUNCTION inbox.receipt_bucket(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, uuid, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_extend(text, uuid, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, uuid, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;

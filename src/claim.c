@@ -63,9 +63,12 @@
 #include "keys.h"
 #include "stats.h"
 #include "version.h"
+#include "wakeup.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim_1_0);
 PG_FUNCTION_INFO_V1(inbox_claim_many_1_0);
+PG_FUNCTION_INFO_V1(inbox_receive_many_json);
+PG_FUNCTION_INFO_V1(inbox_receive_many_bytes);
 PG_FUNCTION_INFO_V1(inbox_status_1_0);
 PG_FUNCTION_INFO_V1(inbox_receive_json_1_0);
 PG_FUNCTION_INFO_V1(inbox_receive_bytes_1_0);
@@ -129,8 +132,8 @@ static const char *const leaf_sql[LEAF_PLANS] = {
 	"VALUES ($1, $2, %d, $3) "
 	"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 	[LEAF_RECEIVE] =
-	"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes) "
-	"VALUES ($1, $2, %d, $3, 'p', $4, $5) "
+	"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes, due) "
+	"VALUES ($1, $2, %d, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now())) "
 	"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 
 	/*
@@ -144,10 +147,11 @@ static const char *const leaf_sql[LEAF_PLANS] = {
 	"AND bucket OPERATOR(pg_catalog.=) %d",
 };
 
-static const int leaf_nargs[LEAF_PLANS] = {3, 5, 2};
-static const Oid leaf_argtypes[LEAF_PLANS][5] = {
+/* The legacy receive has no use for $6 (not_before), and ignores it */
+static const int leaf_nargs[LEAF_PLANS] = {3, 6, 2};
+static const Oid leaf_argtypes[LEAF_PLANS][6] = {
 	{TEXTOID, TEXTOID, BYTEAOID},
-	{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID},
+	{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID},
 	{TEXTOID, TEXTOID},
 };
 
@@ -574,8 +578,8 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
 	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 3);
 	Datum		payload;
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', 'n', 'n'};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', 'n', 'n', 'n'};
 	bool		received;
 	KeyPlans	kp;
 
@@ -595,12 +599,21 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	values[3] = values[4] = (Datum) 0;
 	values[is_jsonb ? 3 : 4] = payload;
 	nulls[is_jsonb ? 3 : 4] = ' ';
+	/* not_before, in the 1.0.0 overloads that have it */
+	values[5] = (Datum) 0;
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		values[5] = PG_GETARG_DATUM(4);
+		nulls[5] = ' ';
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	kp = key_plans(scope, message_id, legacy);
 	received = claim_key(&kp, LEAF_RECEIVE, values, nulls, scope, message_id, payload_hash);
 	SPI_finish();
+	if (received)
+		inbox_wakeup_note(scope);
 	PG_RETURN_BOOL(received);
 }
 
@@ -708,23 +721,53 @@ inbox_status(PG_FUNCTION_ARGS)
 /* The most ids one call takes: a batch, not a bulk load */
 #define INBOX_MAX_BATCH 10000
 
+/* What a batch does: claim its ids, or receive its messages */
+typedef enum BatchKind
+{
+	BATCH_CLAIM,				/* inbox_claim_many */
+	BATCH_RECEIVE_JSON,			/* inbox_receive_many, jsonb payloads */
+	BATCH_RECEIVE_BYTES			/* inbox_receive_many, bytea payloads */
+} BatchKind;
+
+/* One call of inbox_claim_many or inbox_receive_many */
+typedef struct Batch
+{
+	BatchKind	kind;
+	text	   *scope;
+	bool		raise;			/* on_mismatch = 'raise' */
+	Datum		not_before;		/* receives only; 0 if none */
+	const char *done;			/* the status of an id written: claimed, received */
+} Batch;
+
 /* One id of the batch, as given */
 typedef struct BatchItem
 {
 	int			position;		/* 1-based, in the arrays given */
 	text	   *message_id;
 	bytea	   *payload_hash;	/* NULL: no content check */
+	Datum		payload;		/* receives only */
 	int			first;			/* index of its first copy in the batch */
 	const char *status;
 } BatchItem;
 
 static SPIPlanPtr insert_many_plan = NULL;
+static SPIPlanPtr receive_many_plans[2] = {NULL, NULL};	/* jsonb, bytea */
 static SPIPlanPtr lookup_many_plan = NULL;
 
 static const char *const insert_many_sql =
 "INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash) "
 "SELECT $1, u.m, u.b, u.h "
 "FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)) AS u(m, b, h) "
+"ORDER BY u.m COLLATE pg_catalog.\"C\" "
+"ON CONFLICT (scope, message_id, bucket) DO NOTHING "
+"RETURNING message_id";
+
+/* %s is the payload's column: payload (jsonb) or payload_bytes */
+static const char *const receive_many_sql =
+"INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash, state, %s, due) "
+"SELECT $1, u.m, u.b, u.h, 'p', u.p, GREATEST($6, pg_catalog.now()) "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), "
+"pg_catalog.unnest($5)) AS u(m, b, h, p) "
 "ORDER BY u.m COLLATE pg_catalog.\"C\" "
 "ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
@@ -827,16 +870,20 @@ batch_duplicate(text *scope, BatchItem *item, bool raise, bytea *stored,
  * statements), to be tried again.
  */
 static int
-claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
+claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 {
+	text	   *scope = batch->scope;
+	bool		raise = batch->raise;
 	Datum	   *ids = palloc(sizeof(Datum) * npending);
 	Datum	   *buckets = palloc(sizeof(Datum) * npending);
 	Datum	   *hashes = palloc(sizeof(Datum) * npending);
+	Datum	   *payloads = palloc(sizeof(Datum) * npending);
 	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
 	int			dims[1];
 	int			lbs[1] = {1};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	SPIPlanPtr	plan = insert_many_plan;
 	int			rc;
 	int			i;
 	int			left = 0;
@@ -848,6 +895,7 @@ claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
 		buckets[i] = Int16GetDatum((int16) inbox_bucket(scope, pending[i]->message_id));
 		hashes[i] = PointerGetDatum(pending[i]->payload_hash);
 		hash_nulls[i] = (pending[i]->payload_hash == NULL);
+		payloads[i] = pending[i]->payload;
 	}
 	dims[0] = npending;
 	values[0] = PointerGetDatum(scope);
@@ -855,9 +903,20 @@ claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
 	values[2] = PointerGetDatum(construct_array(buckets, npending, INT2OID, 2, true, TYPALIGN_SHORT));
 	values[3] = PointerGetDatum(construct_md_array(hashes, hash_nulls, 1, dims, lbs,
 												   BYTEAOID, -1, false, TYPALIGN_INT));
+	if (batch->kind != BATCH_CLAIM)
+	{
+		bool		is_jsonb = batch->kind == BATCH_RECEIVE_JSON;
+
+		values[4] = PointerGetDatum(construct_array(payloads, npending,
+													is_jsonb ? JSONBOID : BYTEAOID,
+													-1, false, TYPALIGN_INT));
+		values[5] = batch->not_before;
+		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+		plan = receive_many_plans[is_jsonb ? 0 : 1];
+	}
 
 	/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
-	rc = inbox_execute_bounded(insert_many_plan, values, nulls, scope, NULL, "message");
+	rc = inbox_execute_bounded(plan, values, nulls, scope, NULL, "message");
 	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	for (r = 0; r < SPI_processed; r++)
@@ -869,7 +928,7 @@ claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
 
 		if (item == NULL)
 			elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
-		item->status = "claimed";
+		item->status = batch->done;
 		inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 	}
 	if (SPI_processed == (uint64) npending)
@@ -915,16 +974,25 @@ claim_batch_round(text *scope, BatchItem **pending, int npending, bool raise)
  * mismatch raises IB002 and nothing of the batch is claimed).
  */
 static Datum
-claim_many(FunctionCallInfo fcinfo)
+claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	bool		receive = kind != BATCH_CLAIM;
+	bool		is_jsonb = kind == BATCH_RECEIVE_JSON;
+
+	/* claim: (scope, ids, hashes, on_mismatch); receive: (scope, ids, payloads, hashes, not_before, on_mismatch) */
+	int			hashes_arg = receive ? 3 : 2;
+	int			mode_arg = receive ? 5 : 3;
+	Batch		batch;
 	ArrayType  *id_array;
 	ArrayType  *hash_array = NULL;
 	Datum	   *ids;
 	bool	   *id_nulls;
 	Datum	   *hashes = NULL;
 	bool	   *hash_nulls = NULL;
+	Datum	   *payloads = NULL;
+	bool	   *payload_nulls = NULL;
 	int			n;
 	int			nhashes = 0;
 	bool		raise = true;
@@ -939,9 +1007,9 @@ claim_many(FunctionCallInfo fcinfo)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("message_ids must not be null")));
-	if (!PG_ARGISNULL(3))
+	if (!PG_ARGISNULL(mode_arg))
 	{
-		char	   *mode = text_to_cstring(PG_GETARG_TEXT_PP(3));
+		char	   *mode = text_to_cstring(PG_GETARG_TEXT_PP(mode_arg));
 
 		if (strcmp(mode, "return") == 0)
 			raise = false;
@@ -949,7 +1017,7 @@ claim_many(FunctionCallInfo fcinfo)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("on_mismatch must be \"raise\" or \"return\""),
-					 errdetail("It is \"%s\".", inbox_quote(PG_GETARG_TEXT_PP(3)))));
+					 errdetail("It is \"%s\".", inbox_quote(PG_GETARG_TEXT_PP(mode_arg)))));
 	}
 	else
 		ereport(ERROR,
@@ -973,9 +1041,32 @@ claim_many(FunctionCallInfo fcinfo)
 				 errmsg("too many message_ids in one batch"),
 				 errdetail("The batch has %d ids; the limit is %d.", n, INBOX_MAX_BATCH),
 				 errhint("Split the batch: each call is one statement, whose locks are held to commit.")));
-	if (!PG_ARGISNULL(2))
+	if (receive)
 	{
-		hash_array = PG_GETARG_ARRAYTYPE_P(2);
+		ArrayType  *payload_array;
+		int			npayloads;
+
+		if (PG_ARGISNULL(2))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("payloads must not be null"),
+					 errhint("A received message is processed later from its stored payload.")));
+		payload_array = PG_GETARG_ARRAYTYPE_P(2);
+		if (ARR_NDIM(payload_array) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("payloads must be a one-dimensional array")));
+		deconstruct_array(payload_array, is_jsonb ? JSONBOID : BYTEAOID, -1, false, TYPALIGN_INT,
+						  &payloads, &payload_nulls, &npayloads);
+		if (npayloads != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("payloads must have one element per message id"),
+					 errdetail("There are %d message ids and %d payloads.", n, npayloads)));
+	}
+	if (!PG_ARGISNULL(hashes_arg))
+	{
+		hash_array = PG_GETARG_ARRAYTYPE_P(hashes_arg);
 		if (ARR_NDIM(hash_array) > 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -1004,6 +1095,17 @@ claim_many(FunctionCallInfo fcinfo)
 		snprintf(name, sizeof(name), "payload_hashes[%d]", i + 1);
 		if (hashes != NULL)
 			items[i].payload_hash = inbox_check_hash_datum(hashes[i], hash_nulls[i], name);
+		if (receive)
+		{
+			if (payload_nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("payloads[%d] must not be null", i + 1)));
+			items[i].payload = payloads[i];
+			/* as for one receive: the hash of the payload, unless given */
+			if (items[i].payload_hash == NULL)
+				items[i].payload_hash = payload_digest(payloads[i], is_jsonb);
+		}
 		sorted[i] = &items[i];
 	}
 
@@ -1039,8 +1141,23 @@ claim_many(FunctionCallInfo fcinfo)
 
 	InitMaterializedSRF(fcinfo, 0);
 
+	batch.kind = kind;
+	batch.scope = scope;
+	batch.raise = raise;
+	batch.not_before = receive && !PG_ARGISNULL(4) ? PG_GETARG_DATUM(4) : (Datum) 0;
+	batch.done = receive ? "received" : "claimed";
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	if (receive && receive_many_plans[is_jsonb ? 0 : 1] == NULL)
+	{
+		Oid			types[6] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
+		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID};
+
+		receive_many_plans[is_jsonb ? 0 : 1] =
+			inbox_keep_plan(psprintf(receive_many_sql, is_jsonb ? "payload" : "payload_bytes"),
+							6, types, CURSOR_OPT_GENERIC_PLAN);
+	}
 	if (insert_many_plan == NULL)
 	{
 		Oid			types[4] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID};
@@ -1062,7 +1179,7 @@ claim_many(FunctionCallInfo fcinfo)
 
 	for (attempt = 1; npending > 0; attempt++)
 	{
-		npending = claim_batch_round(scope, pending, npending, raise);
+		npending = claim_batch_round(&batch, pending, npending);
 		if (npending > 0 && attempt >= CLAIM_MAX_ATTEMPTS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -1074,6 +1191,8 @@ claim_many(FunctionCallInfo fcinfo)
 		CHECK_FOR_INTERRUPTS();
 	}
 	SPI_finish();
+	if (receive)
+		inbox_wakeup_note(scope);
 
 	/* Later copies follow their first copy, in the order given */
 	for (i = 0; i < n; i++)
@@ -1105,5 +1224,27 @@ claim_many(FunctionCallInfo fcinfo)
 Datum
 inbox_claim_many_1_0(PG_FUNCTION_ARGS)
 {
-	return claim_many(fcinfo);
+	return claim_many(fcinfo, BATCH_CLAIM);
+}
+
+/*
+ * inbox_receive_many(scope text, message_ids text[], payloads jsonb[] or
+ *					  bytea[], payload_hashes bytea[], not_before timestamptz,
+ *					  on_mismatch text)
+ *		-> SETOF (ordinality integer, message_id text, status text)
+ *
+ * inbox_claim_many's arbitration for a batch of receives: status
+ * 'received' (stored as pending), 'duplicate' or 'mismatch'.  A payload
+ * hash not given is the payload's, as for inbox_receive.
+ */
+Datum
+inbox_receive_many_json(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, BATCH_RECEIVE_JSON);
+}
+
+Datum
+inbox_receive_many_bytes(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, BATCH_RECEIVE_BYTES);
 }

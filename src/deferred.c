@@ -1,8 +1,41 @@
 /*-------------------------------------------------------------------------
  *
  * deferred.c
- *	  The deferred mode's settings.  Its functions are SQL (inbox_take,
- *	  inbox_complete, ...), with the owner sessions in session.c.
+ *	  The deferred mode's hot path: inbox_take and inbox_poll, which hand
+ *	  out pending messages, and inbox_complete, which marks one done in the
+ *	  transaction of its effect.  inbox_fail, inbox_extend and
+ *	  inbox_requeue are SQL; the owner sessions are in session.c and the
+ *	  waiting in wakeup.c.
+ *
+ * A take runs two kinds of statement, each with a plan kept for the life
+ * of the backend:
+ *
+ *	- one SELECT ... FOR UPDATE SKIP LOCKED on the parent table picks the
+ *	  messages, oldest due first, through the open-messages index
+ *	  (scope, due, message_id) of each leaf, merged.  "due" is when an open
+ *	  message next deserves a look (see sql/inbox.sql), so the scan starts
+ *	  at the scope's oldest due message and stops at now: leased and
+ *	  delayed messages, done entries and dead letters are never walked.
+ *	  SKIP LOCKED lets concurrent takes pass each other's messages;
+ *	- one UPDATE per message, on the leaf that holds it, by primary key.
+ *
+ * The first plan must not depend on statistics: a new scope, a burst that
+ * autoanalyze has not seen, or plan_cache_mode = force_generic_plan must
+ * not turn it into a sequential scan and a sort.  So the plan is generic
+ * from the start, and the implementation functions run with the scans that
+ * could replace the index merge disabled (their SET clauses), which holds
+ * for every re-planning too, since a plan is only ever re-planned inside
+ * them.
+ *
+ * A take by inbox_take binds the message to this session, as in 0.4.0: only
+ * this session completes it, and the message is taken again when the
+ * session ends (or its lease runs out).  inbox_poll also gives every
+ * message a receipt, a random UUID stored with the message until the next
+ * take, completion or failure.  Any session holding the receipt may
+ * complete, fail or extend the message, which is what a transaction-mode
+ * pooler needs: its next transaction runs on another server session.  The
+ * receipt's first byte also carries the message's bucket, so that a
+ * completion by receipt reaches the message's leaf directly.
  *
  * src/deferred.c
  *
@@ -10,12 +43,132 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+#include "utils/uuid.h"
 
+#include "claim.h"
+#include "compat.h"
 #include "deferred.h"
+#include "inbox.h"
+#include "keys.h"
+#include "session.h"
+#include "wakeup.h"
+
+PG_FUNCTION_INFO_V1(inbox_take_1_0);
+PG_FUNCTION_INFO_V1(inbox_poll_1_0);
+PG_FUNCTION_INFO_V1(inbox_complete_1_0);
+PG_FUNCTION_INFO_V1(inbox_complete_receipt_1_0);
 
 /* inbox.max_attempts, which the SQL functions read with current_setting */
 static int	max_attempts = 5;
+
+/* The most messages one take hands out */
+#define TAKE_MAX_MESSAGES	10000
+
+/* The longest a take may wait for a message */
+#define POLL_MAX_WAIT_SECONDS	3600
+
+/*
+ * How long a waiting take sleeps at most before it looks again, while the
+ * scope has messages that are due but that it could not take: taken
+ * without a lease by a live session (which may end without a commit to
+ * wake anyone), or locked by a concurrent take (which may roll back).
+ * Otherwise only a commit or the next due time wakes it.
+ */
+#define POLL_RECHECK_MS		5000
+
+static SPIPlanPtr candidates_plan = NULL;
+static SPIPlanPtr next_due_plan = NULL;
+static SPIPlanPtr max_attempts_plan = NULL;
+static SPIPlanPtr refuse_plan = NULL;
+static SPIPlanPtr refuse_receipt_plan = NULL;
+
+static const char *const candidates_sql =
+"SELECT message_id, bucket, state, attempts, payload, payload_bytes, received_at "
+"FROM inbox.entries "
+"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
+"AND (state = 'p' OR lease_until IS NOT NULL OR NOT inbox.session_alive(owner_session)) "
+"ORDER BY due, message_id "
+"LIMIT $3 "
+"FOR UPDATE SKIP LOCKED";
+
+/*
+ * For a waiting take that found nothing: is any open message of the scope
+ * due (one it could not take), and when is the next one due?
+ */
+static SPIPlanPtr held_plan = NULL;
+
+static const char *const held_sql =
+"SELECT 1 FROM inbox.entries "
+"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
+"LIMIT 1";
+
+static const char *const next_due_sql =
+"SELECT due FROM inbox.entries "
+"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due > $2 "
+"ORDER BY due LIMIT 1";
+
+/* Per-leaf statements; each %d is the bucket, which names its leaf too */
+typedef enum DeferredLeafPlan
+{
+	LEAF_TAKE,					/* hand a message out */
+	LEAF_DIE,					/* a lost message out of attempts */
+	LEAF_COMPLETE,				/* done, by its owner session */
+	LEAF_COMPLETE_RECEIPT,		/* done, by receipt */
+	DEFERRED_LEAF_PLANS
+} DeferredLeafPlan;
+
+static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_BUCKETS];
+
+static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
+	[LEAF_TAKE] =
+	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
+	"owner_session = $3, taken_at = $4, lease_until = $5, due = COALESCE($5, $4), "
+	"receipt = $6 "
+	"WHERE scope = $1 AND message_id = $2 AND bucket = %d",
+	[LEAF_DIE] =
+	"UPDATE inbox.entries_p%d SET state = 'x', owner_session = NULL, lease_until = NULL, "
+	"due = NULL, receipt = NULL, taken_at = $3, finished_at = $3, "
+	"last_error = COALESCE(last_error, 'worker lost during the last allowed attempt') "
+	"WHERE scope = $1 AND message_id = $2 AND bucket = %d",
+	[LEAF_COMPLETE] =
+	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
+	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
+	"WHERE scope = $1 AND message_id = $2 AND bucket = %d AND state = 'r' AND owner_session = $4",
+	[LEAF_COMPLETE_RECEIPT] =
+	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
+	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
+	"WHERE receipt = $2 AND scope = $1 AND state = 'r' AND bucket = %d",
+};
+
+static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {6, 3, 4, 3};
+static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][6] = {
+	[LEAF_TAKE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID},
+	[LEAF_DIE] = {TEXTOID, TEXTOID, TIMESTAMPTZOID},
+	[LEAF_COMPLETE] = {TEXTOID, TEXTOID, JSONBOID, INT8OID},
+	[LEAF_COMPLETE_RECEIPT] = {TEXTOID, UUIDOID, JSONBOID},
+};
+
+/* One call of inbox_take or inbox_poll */
+typedef struct TakeCall
+{
+	text	   *scope;
+	int			max_messages;
+	Interval   *lease;			/* NULL: no lease */
+	bool		receipts;		/* inbox_poll: return receipts and leases */
+	int64		owner;
+	int			allowed;		/* max attempts, read when first needed */
+	ReturnSetInfo *rsinfo;
+} TakeCall;
 
 void
 deferred_init(void)
@@ -30,4 +183,373 @@ deferred_init(void)
 							PGC_SUSET,
 							0,
 							NULL, NULL, NULL);
+}
+
+static SPIPlanPtr
+leaf_plan(DeferredLeafPlan kind, int bucket)
+{
+	SPIPlanPtr *slot = &leaf_plans[kind][bucket];
+
+	if (*slot == NULL)
+		*slot = inbox_keep_plan(psprintf(leaf_sql[kind], bucket, bucket),
+								leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
+								CURSOR_OPT_GENERIC_PLAN);
+	return *slot;
+}
+
+static SPIPlanPtr
+kept_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*slot == NULL)
+		*slot = inbox_keep_plan(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+	return *slot;
+}
+
+static void
+execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+{
+	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+}
+
+/* The attempts allowed in the scope: its override, or inbox.max_attempts */
+static int
+allowed_attempts(TakeCall *call)
+{
+	if (call->allowed == 0)
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {PointerGetDatum(call->scope)};
+		bool		isnull;
+
+		execute(kept_plan(&max_attempts_plan, "SELECT inbox.max_attempts($1)", 1, types),
+				values, NULL, SPI_OK_SELECT);
+		call->allowed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	return call->allowed;
+}
+
+/* A new receipt for a message of bucket */
+static pg_uuid_t *
+new_receipt(int bucket)
+{
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+
+	if (!pg_strong_random(uuid->data, UUID_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random receipt")));
+	/* a version 4 (random) UUID, whose first byte also names the leaf */
+	uuid->data[0] = (uuid->data[0] & ~(INBOX_BUCKETS - 1)) | bucket;
+	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
+	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
+	return uuid;
+}
+
+/*
+ * One attempt: pick up to max_messages due messages and hand them out.
+ * *candidates is set to how many were picked, dead ones included; returns
+ * how many were handed out.
+ */
+static int
+take_round(TakeCall *call, int *candidates)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Datum		lease_until = (Datum) 0;
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
+	SPITupleTable *picked;
+	uint64		npicked;
+	int			taken = 0;
+
+	if (call->lease != NULL)
+		lease_until = DirectFunctionCall2(timestamptz_pl_interval,
+										  TimestampTzGetDatum(now),
+										  IntervalPGetDatum(call->lease));
+
+	values[0] = PointerGetDatum(call->scope);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = Int32GetDatum(call->max_messages);
+	execute(kept_plan(&candidates_plan, candidates_sql, 3, types), values, NULL, SPI_OK_SELECT);
+	picked = SPI_tuptable;
+	npicked = SPI_processed;
+	*candidates = (int) npicked;
+
+	for (uint64 i = 0; i < npicked; i++)
+	{
+		HeapTuple	tuple = picked->vals[i];
+		TupleDesc	desc = picked->tupdesc;
+		bool		isnull;
+		Datum		message_id = SPI_getbinval(tuple, desc, 1, &isnull);
+		int			bucket = DatumGetInt16(SPI_getbinval(tuple, desc, 2, &isnull));
+		char		state = DatumGetChar(SPI_getbinval(tuple, desc, 3, &isnull));
+		Datum		d = SPI_getbinval(tuple, desc, 4, &isnull);
+		int			attempts = isnull ? 0 : DatumGetInt32(d);
+		Datum		out[7];
+		bool		out_nulls[7] = {false, false, false, false, false, false, false};
+		pg_uuid_t  *receipt;
+
+		if (bucket < 0 || bucket >= INBOX_BUCKETS)
+			elog(ERROR, "inbox entry has bucket %d", bucket);
+
+		/*
+		 * A processing message picked here was lost (its lease ran out, or
+		 * its owner is gone).  After its last allowed attempt it dies
+		 * instead of being handed out again: a message that kills its
+		 * worker must not loop forever.  It still used up a place in
+		 * max_messages, so a take can return fewer rows than are pending.
+		 */
+		if (state == INBOX_STATE_PROCESSING && attempts >= allowed_attempts(call))
+		{
+			values[0] = PointerGetDatum(call->scope);
+			values[1] = message_id;
+			values[2] = TimestampTzGetDatum(now);
+			execute(leaf_plan(LEAF_DIE, bucket), values, NULL, SPI_OK_UPDATE);
+			continue;
+		}
+
+		receipt = new_receipt(bucket);
+		values[0] = PointerGetDatum(call->scope);
+		values[1] = message_id;
+		values[2] = Int64GetDatum(call->owner);
+		values[3] = TimestampTzGetDatum(now);
+		values[4] = lease_until;
+		nulls[4] = call->lease != NULL ? ' ' : 'n';
+		values[5] = UUIDPGetDatum(receipt);
+		execute(leaf_plan(LEAF_TAKE, bucket), values, nulls, SPI_OK_UPDATE);
+		if (SPI_processed != 1)
+			elog(ERROR, "inbox_take: a message it had locked was not updated");
+
+		out[0] = message_id;
+		out[1] = SPI_getbinval(tuple, desc, 5, &out_nulls[1]);
+		out[2] = SPI_getbinval(tuple, desc, 6, &out_nulls[2]);
+		out[3] = Int32GetDatum(attempts + 1);
+		out[4] = SPI_getbinval(tuple, desc, 7, &out_nulls[4]);
+		out[5] = UUIDPGetDatum(receipt);
+		out[6] = lease_until;
+		out_nulls[6] = call->lease == NULL;
+		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);
+		taken++;
+	}
+	return taken;
+}
+
+/* Until when a take that found nothing at now may sleep */
+static TimestampTz
+sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
+{
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2];
+	bool		isnull;
+	TimestampTz until = deadline;
+
+	values[0] = PointerGetDatum(call->scope);
+	values[1] = TimestampTzGetDatum(now);
+	execute(kept_plan(&held_plan, held_sql, 2, types), values, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
+	execute(kept_plan(&next_due_plan, next_due_sql, 2, types), values, NULL, SPI_OK_SELECT);
+	if (SPI_processed > 0)
+		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
+															 SPI_tuptable->tupdesc, 1, &isnull)));
+	return until;
+}
+
+static Interval *
+positive_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+					  const char *hint)
+{
+	Interval   *iv;
+	Interval	zero = {0};
+
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return NULL;
+	iv = PG_GETARG_INTERVAL_P(argno);
+	if (DatumGetBool(DirectFunctionCall2(interval_le, IntervalPGetDatum(iv),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be positive", name),
+				 hint ? errhint("%s", hint) : 0));
+	return iv;
+}
+
+/*
+ * inbox_take(scope, max_messages, lease) and inbox_poll(scope,
+ * max_messages, lease, wait): see the banner.
+ */
+static Datum
+take(FunctionCallInfo fcinfo, bool poll)
+{
+	TakeCall	call;
+	Interval   *wait = NULL;
+	TimestampTz deadline = 0;
+	int			candidates;
+
+	call.scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > TAKE_MAX_MESSAGES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_messages must be between 1 and %d", TAKE_MAX_MESSAGES),
+				 PG_ARGISNULL(1) ? errdetail("It is NULL.") :
+				 errdetail("It is %d.", PG_GETARG_INT32(1))));
+	call.max_messages = PG_GETARG_INT32(1);
+	call.lease = positive_interval_arg(fcinfo, 2, "lease",
+									   "Pass NULL to take without a lease: the message then stays with this session "
+									   "until it is completed or failed, or the session ends.");
+	call.receipts = poll;
+	call.allowed = 0;
+	call.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (poll)
+	{
+		wait = positive_interval_arg(fcinfo, 3, "wait",
+									 "Pass NULL not to wait.");
+		if (wait != NULL)
+		{
+			Interval	longest = {.time = (int64) POLL_MAX_WAIT_SECONDS * USECS_PER_SEC};
+
+			if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(wait),
+												 IntervalPGetDatum(&longest))))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("wait must be at most %d seconds", POLL_MAX_WAIT_SECONDS),
+						 errhint("Wait again when the call returns empty.")));
+			if (!inbox_wakeup_available())
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("inbox_poll cannot wait: the inbox library is not in shared_preload_libraries"),
+						 errdetail("A waiting take sleeps on a condition variable in shared memory, "
+								   "which exists only when the library is preloaded."),
+						 errhint("Add inbox to shared_preload_libraries and restart, or pass wait => NULL "
+								 "and poll again after a pause.")));
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						 errmsg("inbox_poll cannot wait under REPEATABLE READ or SERIALIZABLE"),
+						 errdetail("The transaction's snapshot was taken before the wait, "
+								   "so it could never see a message that arrives during it."),
+						 errhint("Poll in a READ COMMITTED transaction, or pass wait => NULL.")));
+			deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+															   TimestampTzGetDatum(GetCurrentTimestamp()),
+															   IntervalPGetDatum(wait)));
+		}
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	call.owner = inbox_owner_key();
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	for (;;)
+	{
+		uint64		generation = wait != NULL ? inbox_wakeup_generation(call.scope) : 0;
+		TimestampTz now;
+		TimestampTz until;
+		long		secs;
+		int			usecs;
+
+		if (take_round(&call, &candidates) > 0 || wait == NULL)
+			break;
+		if (candidates > 0)
+			continue;			/* all were dead: look again at once */
+
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			break;
+		until = sleep_until(&call, now, deadline);
+		TimestampDifference(now, until, &secs, &usecs);
+		inbox_wakeup_sleep(call.scope, generation, secs * 1000 + usecs / 1000 + 1);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+inbox_take_1_0(PG_FUNCTION_ARGS)
+{
+	return take(fcinfo, false);
+}
+
+Datum
+inbox_poll_1_0(PG_FUNCTION_ARGS)
+{
+	return take(fcinfo, true);
+}
+
+/*
+ * inbox_complete(scope, message_id, result): the message this session
+ * took is done, with the caller's effect.
+ */
+Datum
+inbox_complete_1_0(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(message_id);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	values[3] = Int64GetDatum(inbox_owner_key());
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	execute(leaf_plan(LEAF_COMPLETE, inbox_bucket(scope, message_id)), values, nulls, SPI_OK_UPDATE);
+	if (SPI_processed != 1)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+
+		/* inbox.refuse says why, and raises */
+		execute(kept_plan(&refuse_plan, "SELECT inbox.refuse($1, $2, 'completed', 'r')", 2, types),
+				values, NULL, SPI_OK_SELECT);
+		elog(ERROR, "inbox.refuse did not raise");
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * inbox_complete(scope, receipt, result): the message the receipt holds
+ * is done, from whichever session the caller runs on.
+ */
+Datum
+inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	pg_uuid_t  *receipt;
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("receipt must not be null")));
+	receipt = PG_GETARG_UUID_P(1);
+	values[0] = PointerGetDatum(scope);
+	values[1] = UUIDPGetDatum(receipt);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, receipt->data[0] & (INBOX_BUCKETS - 1)),
+			values, nulls, SPI_OK_UPDATE);
+	if (SPI_processed != 1)
+	{
+		Oid			types[2] = {TEXTOID, UUIDOID};
+
+		execute(kept_plan(&refuse_receipt_plan, "SELECT inbox.refuse_receipt($1, $2, 'completed')",
+						  2, types),
+				values, NULL, SPI_OK_SELECT);
+		elog(ERROR, "inbox.refuse_receipt did not raise");
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
 }

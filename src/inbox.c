@@ -23,6 +23,7 @@
 #include "purge.h"
 #include "stats.h"
 #include "version.h"
+#include "wakeup.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;
@@ -35,6 +36,7 @@ _PG_init(void)
 	version_init();				/* which SQL this library serves */
 	claim_init();				/* inbox.on_duplicate, inbox.claim_timeout */
 	deferred_init();			/* inbox.max_attempts */
+	wakeup_init();				/* waiting takes, woken at commit */
 	purge_init();				/* retention and purge batches */
 	worker_init();				/* the launcher and its purge workers */
 	stats_init();				/* the shared-memory counters */

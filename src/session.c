@@ -35,6 +35,7 @@
 
 #include "compat.h"
 #include "inbox.h"
+#include "session.h"
 
 PG_FUNCTION_INFO_V1(inbox_session_key);
 PG_FUNCTION_INFO_V1(inbox_session_alive);
@@ -52,12 +53,9 @@ owner_locktag(LOCKTAG *tag, int64 key)
 						 (uint32) key, INBOX_LOCKSPACE_OWNER);
 }
 
-/*
- * inbox.session_key() -> bigint: this session's owner key, making sure the
- * session holds its owner lock.
- */
-Datum
-inbox_session_key(PG_FUNCTION_ARGS)
+/* This session's owner key, making sure the session holds its owner lock */
+int64
+inbox_owner_key(void)
 {
 	int64		key = my_session_key();
 	LOCKTAG		tag;
@@ -65,7 +63,14 @@ inbox_session_key(PG_FUNCTION_ARGS)
 	owner_locktag(&tag, key);
 	if (!inbox_lock_held(&tag, ExclusiveLock))
 		(void) LockAcquire(&tag, ExclusiveLock, true, false);
-	PG_RETURN_INT64(key);
+	return key;
+}
+
+/* inbox.session_key() -> bigint: the same, for the SQL functions */
+Datum
+inbox_session_key(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(inbox_owner_key());
 }
 
 /*

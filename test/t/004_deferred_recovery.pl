@@ -26,7 +26,8 @@ restart_after_crash = on
 $node->sql(q{
 	CREATE TABLE shipments (message_id text, worker text);
 	SELECT count(inbox_receive('ship', 'm' || g, jsonb_build_object('n', g))) FROM generate_series(1, 5) g;
-	UPDATE inbox.entries SET received_at = received_at + (substr(message_id, 2)::int * interval '1 second');
+	UPDATE inbox.entries SET received_at = received_at + (substr(message_id, 2)::int * interval '1 second'),
+		due = due - interval '1 hour' + (substr(message_id, 2)::int * interval '1 second');
 });
 
 # A worker session that takes one message and keeps it.
@@ -54,9 +55,9 @@ is($node->sql("SELECT message_id || ':' || attempts FROM inbox_take('ship') WHER
 
 # kill -9: the postmaster restarts every backend; the message survives the
 # crash as processing, and its owner is gone, so it is taken again.
-$node->sql("SELECT inbox_receive('ship', 'crash-1', '{}'::jsonb)");
+$node->sql("SELECT inbox_receive('crash', 'crash-1', '{}'::jsonb)");
 my $victim = $node->background_psql('postgres', on_error_stop => 0);
-is($victim->query_safe("SELECT message_id FROM inbox_take('ship') WHERE message_id = 'crash-1'"),
+is($victim->query_safe("SELECT message_id FROM inbox_take('crash')"),
 	'crash-1', 'a worker takes a message');
 my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
 my $offset = $node->log_position;
@@ -65,7 +66,7 @@ $node->wait_crash_restart($offset);
 $victim->quit;
 is($node->sql("SELECT state FROM inbox.entries WHERE message_id = 'crash-1'"),
 	'r', 'after the crash restart the message is still marked processing');
-is($node->sql("SELECT message_id || ':' || attempts FROM inbox_take('ship', 10) WHERE message_id = 'crash-1'"),
+is($node->sql("SELECT message_id || ':' || attempts FROM inbox_take('crash', 10)"),
 	'crash-1:2', 'and the next take gets it, as attempt 2');
 
 # A message that kills its worker every time ends up dead.
@@ -94,9 +95,11 @@ $node->sql(q{
 		m record;
 		n integer := 0;
 	BEGIN
-		FOR m IN SELECT * FROM inbox_take('ship', 100) LOOP
+		FOR m IN SELECT 'ship' AS scope, t.message_id FROM inbox_take('ship', 100) AS t
+				 UNION ALL
+				 SELECT 'crash', t.message_id FROM inbox_take('crash', 100) AS t LOOP
 			INSERT INTO shipments VALUES (m.message_id, 'drain');
-			PERFORM inbox_complete('ship', m.message_id);
+			PERFORM inbox_complete(m.scope, m.message_id);
 			n := n + 1;
 		END LOOP;
 		RETURN n;
@@ -105,7 +108,7 @@ $node->sql(q{
 # Messages held by the sessions above are free now; m2..m5 were taken by a
 # session that has ended.
 is($node->sql('SELECT drain()'), 6, 'the remaining messages are taken and completed');
-is($node->sql("SELECT count(*) FROM inbox.entries WHERE scope = 'ship' AND state <> 'd'"),
+is($node->sql("SELECT count(*) FROM inbox.entries WHERE scope IN ('ship', 'crash') AND state <> 'd'"),
 	0, 'every received message ends done');
 is( $node->sql(q{SELECT count(*) FROM (SELECT message_id FROM shipments GROUP BY 1 HAVING count(*) <> 1) d}),
 	0, 'exactly one effect per message');

@@ -1,0 +1,143 @@
+--
+-- poll: takes with receipts (inbox_poll), completion, failure and lease
+-- extension by receipt from any session, waiting takes, delayed receives
+-- and batch receives.  Another session is simulated by rewriting
+-- owner_session as superuser; real concurrency and real waits are in the
+-- isolation specs and TAP 010.
+--
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+CREATE TABLE regress.receipts (message_id text, receipt uuid);
+-- Errors name the receipt, which is random.
+CREATE FUNCTION regress.try_receipt(cmd text) RETURNS text LANGUAGE sql AS $$
+	SELECT regexp_replace(regress.try(cmd), '[0-9a-f]{8}-[0-9a-f-]{27}', '<receipt>')
+$$;
+
+SELECT count(inbox_receive('jobs', 'j-' || g, jsonb_build_object('n', g))) FROM generate_series(1, 4) g;
+-- A poll hands out messages under a lease, each with its receipt.
+WITH p AS (SELECT * FROM inbox_poll('jobs', 2, lease => '1 minute'))
+INSERT INTO regress.receipts SELECT message_id, receipt FROM p RETURNING message_id;
+SELECT r.message_id, e.state, e.receipt = r.receipt AS stored, e.lease_until > now() AS leased,
+	   e.attempts
+FROM regress.receipts r JOIN inbox.entries e ON e.scope = 'jobs' AND e.message_id = r.message_id
+ORDER BY 1;
+-- The receipt names the message's leaf in its first byte, and is a
+-- version 4 UUID otherwise.
+SELECT bool_and(inbox.receipt_bucket(receipt) = inbox.bucket('jobs', message_id)) AS leaf_named,
+	   bool_and(substr(receipt::text, 15, 1) = '4') AS version_4
+FROM regress.receipts;
+
+-- Another session, behind a pooler, completes by receipt: the session
+-- check does not apply.  (owner_session 42 is nobody's.)
+UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'jobs';
+SELECT regress.try($$SELECT inbox_complete('jobs', 'j-1')$$);
+SELECT inbox_complete('jobs', receipt, '{"ok": true}') FROM regress.receipts WHERE message_id = 'j-1';
+SELECT state, inbox_result('jobs', 'j-1') FROM inbox_status('jobs', 'j-1');
+-- A receipt holds one take only: once used, or for another scope, refused.
+SELECT regress.try_receipt(format($$SELECT inbox_complete('jobs', %L::uuid)$$, receipt))
+FROM regress.receipts WHERE message_id = 'j-1';
+SELECT regress.try_receipt(format($$SELECT inbox_complete('other', %L::uuid)$$, receipt))
+FROM regress.receipts WHERE message_id = 'j-2';
+SELECT regress.try($$SELECT inbox_complete('jobs', NULL::uuid)$$);
+SELECT regress.try_receipt($$SELECT inbox_complete('jobs', gen_random_uuid())$$);
+-- Extend and fail by receipt.
+SELECT inbox_extend('jobs', receipt, '2 hours') > now() + interval '1 hour' AS extended
+FROM regress.receipts WHERE message_id = 'j-2';
+SELECT inbox_fail('jobs', receipt, 'flaky', '1 hour') FROM regress.receipts WHERE message_id = 'j-2';
+SELECT regress.try_receipt(format($$SELECT inbox_extend('jobs', %L::uuid, '1 minute')$$, receipt))
+FROM regress.receipts WHERE message_id = 'j-2';
+SELECT regress.try_receipt(format($$SELECT inbox_fail('jobs', %L::uuid, 'again')$$, receipt))
+FROM regress.receipts WHERE message_id = 'j-2';
+SELECT regress.try($$SELECT inbox_fail('jobs', NULL::uuid, 'x')$$);
+-- A message taken again gets a new receipt; the old one is refused.
+UPDATE inbox.entries SET due = now() WHERE scope = 'jobs' AND message_id = 'j-2';
+SELECT message_id, attempts, receipt <> (SELECT receipt FROM regress.receipts WHERE message_id = 'j-2') AS new_receipt
+FROM inbox_poll('jobs', 1);
+SELECT regress.try_receipt(format($$SELECT inbox_complete('jobs', %L::uuid)$$, receipt))
+FROM regress.receipts WHERE message_id = 'j-2';
+-- A lease that ran out, with nobody taking the message since: its receipt
+-- still holds it.  Once taken again, it does not.
+TRUNCATE regress.receipts;
+INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('jobs', 1, lease => '1 minute');
+UPDATE inbox.entries SET lease_until = now() - interval '1 second', due = now() - interval '1 second'
+ WHERE scope = 'jobs' AND message_id = (SELECT message_id FROM regress.receipts);
+SELECT inbox_extend('jobs', receipt, '1 minute') > now() AS extended FROM regress.receipts;
+UPDATE inbox.entries SET lease_until = now() - interval '1 second', due = now() - interval '1 second'
+ WHERE scope = 'jobs' AND message_id = (SELECT message_id FROM regress.receipts);
+SELECT message_id FROM inbox_poll('jobs', 1);
+SELECT regress.try_receipt(format($$SELECT inbox_complete('jobs', %L::uuid)$$, receipt)) FROM regress.receipts;
+-- The taking session may still complete by message id, as with inbox_take.
+UPDATE inbox.entries SET owner_session = inbox.session_key() WHERE scope = 'jobs' AND state = 'r';
+SELECT inbox_complete('jobs', message_id) FROM inbox.entries WHERE scope = 'jobs' AND state = 'r';
+
+-- A poll without a lease: its receipt holds while the taking session
+-- lives, and then until another take (the message is recovered at once).
+SELECT inbox_receive('solo', 's-1', '{}'::jsonb);
+INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('solo', 1, lease => NULL)
+RETURNING message_id;
+SELECT message_id FROM inbox_poll('solo', 1, lease => NULL);   -- held by this live session
+UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'solo';
+SELECT message_id, attempts, lease_until FROM inbox_poll('solo', 1, lease => NULL);
+SELECT regress.try_receipt(format($$SELECT inbox_complete('solo', %L::uuid)$$, receipt))
+FROM regress.receipts WHERE message_id = 's-1';
+SELECT inbox_complete('solo', 's-1');
+
+-- Bad input.
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 0)$$);
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 10001)$$);
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', NULL)$$);
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 1, '0 s')$$);
+SELECT regress.try($$SELECT * FROM inbox_poll(NULL)$$);
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 1, wait => '-1 s')$$);
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 1, wait => '2 hours')$$);
+-- A wait under REPEATABLE READ could never see what arrives: refused.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 1, wait => '1 s')$$);
+COMMIT;
+-- A wait with nothing to take returns empty at its end.
+SELECT count(*) AS taken FROM inbox_poll('empty', 1, wait => '50 ms');
+-- ... or as soon as a message is due.
+SELECT inbox_receive('soon', 's-1', '{}'::jsonb, NULL, not_before => clock_timestamp() + interval '200 ms');
+SELECT message_id FROM inbox_poll('soon', 1, wait => '1 minute');
+
+-- Delayed receive: not takeable before not_before, and it does not age.
+SELECT inbox_receive('later', 'l-1', '{}'::jsonb, NULL, not_before => now() + interval '1 hour');
+SELECT inbox_receive('later', 'l-2', '\x01'::bytea, NULL, not_before => now() - interval '1 hour');
+SELECT inbox_receive('later', 'l-1', '{}'::jsonb, NULL, not_before => now());   -- duplicate
+SELECT message_id FROM inbox_take('later', 10);
+SELECT pending, processing, oldest_pending_age FROM inbox_stats WHERE scope = 'later';
+UPDATE inbox.entries SET due = now() - interval '5 minutes' WHERE scope = 'later' AND message_id = 'l-1';
+SELECT pending, oldest_pending_age >= interval '5 minutes' AS aged FROM inbox_stats WHERE scope = 'later';
+SELECT message_id FROM inbox_take('later', 10);
+
+-- Batch receive: one row per id, deduplicated within the batch and
+-- against what is stored; one statement.
+SELECT * FROM inbox_receive_many('batch', ARRAY['b-1', 'b-2', 'b-1', 'l-1'],
+								 ARRAY['{"n": 1}', '{"n": 2}', '{"n": 1}', '{}']::jsonb[]);
+SELECT * FROM inbox_receive_many('batch', ARRAY['b-2', 'b-3'], ARRAY['{"n": 2}', '{"n": 3}']::jsonb[]);
+SELECT message_id, state, payload, payload_hash = sha256(convert_to(payload::text, 'UTF8')) AS digest
+FROM inbox.entries WHERE scope = 'batch' ORDER BY 1;
+-- Another payload under a stored id raises IB002 for the whole batch ...
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['b-4', 'b-1'], ARRAY['{}', '{"n": 9}']::jsonb[])$$);
+SELECT count(*) AS b4 FROM inbox.entries WHERE scope = 'batch' AND message_id = 'b-4';
+-- ... or is a row with on_mismatch => 'return'.
+SELECT * FROM inbox_receive_many('batch', ARRAY['b-4', 'b-1'], ARRAY['{}', '{"n": 9}']::jsonb[],
+								 on_mismatch => 'return');
+-- Binary payloads, delayed.
+SELECT * FROM inbox_receive_many('batch', ARRAY['x-1'], ARRAY['\x0102']::bytea[],
+								 not_before => now() + interval '1 day');
+SELECT message_id, payload_bytes, due > now() + interval '23 hours' AS delayed
+FROM inbox.entries WHERE scope = 'batch' AND message_id = 'x-1';
+-- Bad input writes nothing.
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1'], NULL::jsonb[])$$);
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1', 'n-2'], ARRAY['{}']::jsonb[])$$);
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1', 'n-2'], ARRAY['{}', NULL]::jsonb[])$$);
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1', NULL], ARRAY['{}', '{}']::jsonb[])$$);
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', '{}'::text[], '{}'::jsonb[])$$);
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1'], ARRAY['{}']::jsonb[], ARRAY['\x01', '\x02']::bytea[])$$);
+SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1'], ARRAY['{}']::jsonb[], on_mismatch => 'ignore')$$);
+SELECT count(*) AS written FROM inbox.entries WHERE scope = 'batch' AND message_id LIKE 'n-%';
+SELECT count(*) AS taken FROM inbox_take('batch', 100);
+
+DROP TABLE regress.receipts;
+DROP FUNCTION regress.try_receipt(text);
