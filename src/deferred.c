@@ -74,8 +74,13 @@ static int	max_attempts = 5;
 /* The most messages one take hands out */
 #define TAKE_MAX_MESSAGES	10000
 
-/* The longest a take may wait for a message */
-#define POLL_MAX_WAIT_SECONDS	3600
+/*
+ * The longest a take may wait for a message.  The statement that waits
+ * keeps its snapshot, and with it holds back the horizon of VACUUM for the
+ * whole database, so a wait is kept to what a long poll needs (SQS allows
+ * 20 seconds); a worker simply polls again.
+ */
+#define POLL_MAX_WAIT_SECONDS	60
 
 /*
  * How long a waiting take sleeps at most before it looks again, while the

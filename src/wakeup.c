@@ -122,8 +122,16 @@ wakeup_xact_callback(XactEvent event, void *arg)
 			}
 		}
 	}
+	/*
+	 * A prepared transaction commits later, from whichever session runs
+	 * COMMIT PREPARED, where nothing is noted: its messages are found by
+	 * the waiting takes' next look, at the end of their wait at the
+	 * latest.  Its marks must not wake anyone at this session's next
+	 * commit either.
+	 */
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
 	{
 		memset(pending_wakeups, 0, sizeof(pending_wakeups));
 		pending_any = false;

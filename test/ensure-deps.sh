@@ -3,12 +3,13 @@
 # and the demo need, but only those that are missing.
 #
 # Run as root on a fresh Debian 12 machine this brings in PostgreSQL 15, its
-# server headers and PGXS, pg_cron, IPC::Run (for the TAP tests) and DBD::Pg
-# (for the fault-injection load drivers those tests call).  Run as
-# anyone else it only checks, and says what to install.
+# server headers and PGXS, pg_cron, IPC::Run (for the TAP tests), DBD::Pg
+# (for the fault-injection load drivers those tests call) and PgBouncer (for
+# the pooler test).  Run as anyone else it only checks, and says what to
+# install.
 set -eu
 
-PKGS="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl libdbd-pg-perl"
+PKGS="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl libdbd-pg-perl pgbouncer"
 
 missing=""
 for p in $PKGS; do

@@ -161,7 +161,7 @@ cat >>"$data/postgresql.conf" <<EOF
 listen_addresses = ''
 unix_socket_directories = '$work'
 port = $PGPORT
-max_connections = 40
+max_connections = 80
 shared_buffers = 256MB
 fsync = on
 synchronous_commit = on

@@ -40,6 +40,29 @@
 #             The run ends when every received message is done or dead.
 #             Done ones need exactly one effect row, dead ones none.
 #
+# DEFERRED VARIANTS
+#
+#   --receipts        the workers take with inbox_poll (a lease of --lease
+#                     seconds, waiting up to --poll-wait seconds for a
+#                     message) and complete or fail each message by its
+#                     receipt, in a transaction of its own.  A message whose
+#                     worker was lost comes back when its lease runs out.  A
+#                     completion refused with IB004 (the lease ran out and
+#                     another worker took the message) rolls back the effect
+#                     and is counted as stale_receipts, not as an error.
+#                     The report counts the completions that ran on another
+#                     server session than their poll (cross_session): only a
+#                     pooler in front makes that happen.
+#   --receive-batch N receivers gather up to N due deliveries and receive
+#                     them in one transaction with inbox_receive_many.
+#   --pooler          the connection string names a transaction-mode pooler
+#                     (PgBouncer): no server-side prepared statements, since
+#                     consecutive transactions of one client may run on
+#                     different server sessions.  The session settings the
+#                     driver SETs then stick to whichever server session ran
+#                     the SET, so set inbox.on_duplicate = 'return' for the
+#                     role or the database as well.
+#
 # THE BROKER AND THE RETENTION
 #
 # Broker state lives in the client processes, never in the database, so a
@@ -107,6 +130,13 @@
 #                       consumer gathers up to N due deliveries, claims them
 #                       with one inbox_claim_many, inserts the effects of
 #                       those claimed, commits, and acks them all
+#   --receipts          deferred: inbox_poll and completions by receipt
+#   --lease S           with --receipts: the lease of a poll (5)
+#   --poll-wait S       with --receipts: how long a poll waits for a message,
+#                       0 for not at all (0)
+#   --receive-batch N   deferred: deliveries per inbox_receive_many (1: one
+#                       inbox_receive per delivery)
+#   --pooler            through a transaction-mode pooler (see above)
 #   --work S            deferred: seconds of simulated work per message, spent
 #                       inside the effect's transaction (0.5 to 1.5 times S),
 #                       so that kills land while workers process (0)
@@ -155,6 +185,11 @@ my %opt = (
 	kill_method => 'auto',
 	batch => 4,
 	claim_batch => 1,
+	receipts => 0,
+	lease => 5,
+	poll_wait => 0,
+	receive_batch => 1,
+	pooler => 0,
 	work => 0,
 	scope => undef,
 	table => 'inbox_load_effects',
@@ -192,6 +227,11 @@ GetOptions(
 	'kill-method=s' => \$opt{kill_method},
 	'batch=i' => \$opt{batch},
 	'claim-batch=i' => \$opt{claim_batch},
+	'receipts' => \$opt{receipts},
+	'lease=f' => \$opt{lease},
+	'poll-wait=f' => \$opt{poll_wait},
+	'receive-batch=i' => \$opt{receive_batch},
+	'pooler' => \$opt{pooler},
 	'work=f' => \$opt{work},
 	'scope=s' => \$opt{scope},
 	'table=s' => \$opt{table},
@@ -218,6 +258,13 @@ bad_usage('--kill-method must be auto, sigkill or terminate')
 bad_usage('--batch must be between 1 and 10000') if $opt{batch} < 1 || $opt{batch} > 10000;
 bad_usage('--claim-batch must be between 1 and 10000') if $opt{claim_batch} < 1 || $opt{claim_batch} > 10000;
 bad_usage('--work must not be negative') if $opt{work} < 0;
+bad_usage('--receipts and --receive-batch need --mode deferred')
+  if !$deferred && ($opt{receipts} || $opt{receive_batch} != 1);
+bad_usage('--lease must be positive') if $opt{lease} <= 0;
+# The driver's statement_timeout (60 s) must not cut a waiting poll short.
+bad_usage('--poll-wait must be between 0 and 30') if $opt{poll_wait} < 0 || $opt{poll_wait} > 30;
+bad_usage('--receive-batch must be between 1 and 10000')
+  if $opt{receive_batch} < 1 || $opt{receive_batch} > 10000;
 bad_usage('--table must be an identifier, optionally schema-qualified')
   unless $opt{table} =~ /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
 
@@ -244,7 +291,10 @@ sub connect_once
 {
 	my ($name) = @_;
 	my $dbh = DBI->connect("dbi:Pg:$opt{connstr} application_name=$name", '', '',
-		{ AutoCommit => 1, RaiseError => 1, PrintError => 0, PrintWarn => 0 });
+		{ AutoCommit => 1, RaiseError => 1, PrintError => 0, PrintWarn => 0,
+		  # A statement prepared on one server session is unknown to the
+		  # next one a pooler hands out.
+		  ($opt{pooler} ? (pg_server_prepare => 0) : ()) });
 	# Duplicates are reported as false whatever the role's setting says;
 	# a statement that never hangs forever turns a wedge into an error.
 	$dbh->do(q{SET inbox.on_duplicate = 'return'});
@@ -328,6 +378,16 @@ my %SQL = (
 	take => 'SELECT message_id, attempts FROM inbox_take($1, $2)',
 	complete => 'SELECT inbox_complete($1, $2, $3::jsonb)',
 	fail => q{SELECT inbox_fail($1, $2, $3, interval '0')},
+	# --receive-batch: payloads are passed as text, as for one receive
+	receive_many => q{SELECT r.status, extract(epoch FROM now())::text
+		  FROM inbox_receive_many($1, $2::text[], $3::jsonb[]) AS r
+		 ORDER BY r.ordinality},
+	# --receipts: each statement also says which server session ran it
+	poll => q{SELECT message_id, attempts, receipt, pg_backend_pid()
+		  FROM inbox_poll($1, $2, make_interval(secs => $3::float8),
+				CASE WHEN $4::float8 > 0 THEN make_interval(secs => $4::float8) END)},
+	complete_receipt => 'SELECT inbox_complete($1, $2::uuid, $3::jsonb), pg_backend_pid()',
+	fail_receipt => q{SELECT inbox_fail($1, $2::uuid, $3, interval '0')},
 );
 
 sub message_id { return "m-$_[0]"; }
@@ -895,6 +955,84 @@ sub receive_delivery
 	requeue($c, $d, $phase eq 'receive' ? (maybe_at => time) : ());
 }
 
+# deferred mode with --receive-batch: deliveries received together, in one
+# transaction, by inbox_receive_many.  Each delivery is counted, acked or
+# delivered again as receive_delivery does it; redeliveries past their
+# horizon are given up, as claim_batch_delivery does it.
+sub receive_batch_delivery
+{
+	my ($c, $ds) = @_;
+	my $n = $c->{n};
+	my ($phase, $t0, @live, @fresh, %expired) = ('connect');
+	my $ok = eval {
+		my $dbh = ensure_connected($c);
+		$phase = 'receive';
+		$dbh->begin_work;
+		@live = ();
+		for my $d (@$ds)
+		{
+			if ($d->{kind} eq 'redelivery' && !(row($dbh, $SQL{guard}, $d->{t0}, $horizon))[0])
+			{
+				$n->{expired}++;
+				$expired{$d} = 1;
+				next;
+			}
+			check_late($c, $d->{maybe_at}) if $d->{maybe_at} && $d->{kind} ne 'redelivery';
+			push @live, $d;
+		}
+		if (!@live)
+		{
+			$dbh->rollback;
+			return 1;
+		}
+		my $rows = $dbh->selectall_arrayref($dbh->prepare_cached($SQL{receive_many}), undef, $scope,
+			[ map { message_id($_->{id}) } @live ], [ map { payload($_->{id}) } @live ]);
+		die 'inbox_receive_many returned ' . scalar(@$rows) . ' rows for ' . scalar(@live) . " ids\n"
+		  unless @$rows == @live;
+		$n->{batches}++;
+		@fresh = map { $_->[0] eq 'received' ? 1 : 0 } @$rows;
+		$t0 = $rows->[0][1];
+		$phase = 'commit';
+		$dbh->commit;
+		1;
+	};
+	if ($ok)
+	{
+		for my $k (0 .. $#live)
+		{
+			my $d = $live[$k];
+			count_delivery($n, $d, $fresh[$k]);
+			my $chain = $fresh[$k] ? $t0 : $d->{t0};
+			# A retry that found the message already received: its
+			# received_at is what later redeliveries must respect.
+			($chain) = quietly { row($c->{dbh}, $SQL{status}, $scope, message_id($d->{id})) }
+			  if !defined $chain;
+			acked($c, $d, $chain);
+		}
+		return;
+	}
+
+	my $err = $@;
+	my @all = grep { !$expired{$_} } @$ds;
+	if (!connection_lost($c->{dbh}))
+	{
+		note_error($c, "$phase of a batch of " . scalar(@all) . ": $err");
+		quietly { $c->{dbh}->rollback };
+		requeue($c, $_) for @all;
+		return;
+	}
+	lose_connection($c);
+	if ($phase ne 'commit')
+	{
+		$n->{interrupted} += @all;
+		requeue($c, $_) for @all;
+		return;
+	}
+	# The batch may or may not have committed: deliver it again, at once.
+	$n->{uncertain} += @live;
+	requeue($c, $_, maybe_at => time) for @live;
+}
+
 # A child's stderr goes to a file, relayed by the parent at the end without
 # the server notices that libpq prints itself (a crash restart's WARNING
 # arrives during connection startup, before DBD::Pg can take it).
@@ -926,14 +1064,15 @@ sub run_consumer
 				last;
 			}
 			my $d = next_delivery($c);
-			if (!$deferred && $opt{claim_batch} > 1 && ref $d)
+			my $batch_size = $deferred ? $opt{receive_batch} : $opt{claim_batch};
+			if ($batch_size > 1 && ref $d)
 			{
 				# Gather what else is due, up to the batch size, lingering
 				# up to 50 ms for more while the load goes on, as a batch
 				# consumer does (Kafka's fetch.max.wait.ms)
 				my @batch = ($d);
 				my $linger = time + 0.05;
-				while (@batch < $opt{claim_batch})
+				while (@batch < $batch_size)
 				{
 					my $more = next_delivery($c);
 					if (ref $more)
@@ -946,7 +1085,7 @@ sub run_consumer
 					sleep 0.005;
 				}
 				$c->{busy_at} = time;
-				claim_batch_delivery($c, \@batch);
+				$deferred ? receive_batch_delivery($c, \@batch) : claim_batch_delivery($c, \@batch);
 				next;
 			}
 			last if defined $d && $d eq 'done';
@@ -988,7 +1127,7 @@ sub run_worker
 		name => "$app-worker-$i",
 		dbh => undef,
 		n => { map { $_ => 0 } qw(takes taken completed aborts fail_dead in_hand_lost
-			  uncertain_commits reconnects errors) },
+			  uncertain_commits reconnects errors cross_session stale_receipts) },
 		errors => [],
 	};
 	my $n = $c->{n};
@@ -998,12 +1137,20 @@ sub run_worker
 		{
 			my $faults = !$calm && (!defined $t_end || time < $t_end);
 			my $dbh = ensure_connected($c);
-			my $batch = eval { $dbh->selectall_arrayref($dbh->prepare_cached($SQL{take}), undef,
-					$scope, $opt{batch}) };
+			# A take, or with --receipts a poll: rows of (message_id,
+			# attempts) or (message_id, attempts, receipt, server pid)
+			my $batch = eval {
+				$opt{receipts}
+				  ? $dbh->selectall_arrayref($dbh->prepare_cached($SQL{poll}), undef,
+					$scope, $opt{batch}, $opt{lease}, $opt{poll_wait})
+				  : $dbh->selectall_arrayref($dbh->prepare_cached($SQL{take}), undef,
+					$scope, $opt{batch});
+			};
 			if (!$batch)
 			{
 				my $err = $@;
-				note_error($c, "inbox_take: $err") unless connection_lost($dbh);
+				note_error($c, ($opt{receipts} ? 'inbox_poll' : 'inbox_take') . ": $err")
+				  unless connection_lost($dbh);
 				lose_connection($c);
 				next;
 			}
@@ -1011,13 +1158,17 @@ sub run_worker
 			$n->{taken} += @$batch;
 			if (!@$batch)
 			{
-				sleep 0.02;
+				# A poll that waited has slept already.
+				sleep 0.02 unless $opt{receipts} && $opt{poll_wait} > 0;
 				next;
 			}
 			my $left = @$batch;
 			for my $m (@$batch)
 			{
-				my ($mid, $attempt) = @$m;
+				my ($mid, $attempt, $receipt, $poll_pid) = @$m;
+				# What names the message: its id for the session that took
+				# it, its receipt for any session
+				my $key = $opt{receipts} ? $receipt : $mid;
 				my ($phase, $abort) = ('effect');
 				my $ok = eval {
 					$dbh->begin_work;
@@ -1028,14 +1179,17 @@ sub run_worker
 						$dbh->rollback;
 						$abort = 1;
 						$phase = 'fail';
-						my ($state) = row($dbh, $SQL{fail}, $scope, $mid, 'injected abort after the effect');
+						my ($state) = row($dbh, $opt{receipts} ? $SQL{fail_receipt} : $SQL{fail},
+							$scope, $key, 'injected abort after the effect');
 						$n->{fail_dead}++ if $state eq 'dead';
 						return 1;
 					}
 					$phase = 'complete';
-					row($dbh, $SQL{complete}, $scope, $mid, qq({"worker": $i, "attempt": $attempt}));
+					my (undef, $pid) = row($dbh, $opt{receipts} ? $SQL{complete_receipt} : $SQL{complete},
+						$scope, $key, qq({"worker": $i, "attempt": $attempt}));
 					$phase = 'commit';
 					$dbh->commit;
+					$n->{cross_session}++ if $opt{receipts} && $pid != $poll_pid;
 					1;
 				};
 				if ($ok)
@@ -1045,10 +1199,21 @@ sub run_worker
 					next;
 				}
 				my $err = $@;
+				if ($opt{receipts} && ($phase eq 'complete' || $phase eq 'fail')
+					&& ($dbh->state // '') eq 'IB004')
+				{
+					# The lease ran out and another worker took the message:
+					# this effect rolls back, the other worker's counts.
+					quietly { $dbh->rollback } if $phase eq 'complete';
+					$left--;
+					$n->{stale_receipts}++;
+					next;
+				}
 				if (!connection_lost($dbh))
 				{
 					# Whatever went wrong, the session ends, so that the
-					# messages it holds are free for the others at once.
+					# messages it holds are free for the others at once
+					# (with --receipts, once their leases run out).
 					note_error($c, "$phase of $mid: $err");
 				}
 				$n->{uncertain_commits}++ if $phase eq 'commit';
@@ -1344,6 +1509,11 @@ if ($deferred)
 	  abort_share => sprintf('%.3f', $n{w_taken} ? ($n{w_aborts} // 0) / $n{w_taken} : 0),
 	  failed_dead => $n{w_fail_dead} // 0, lost_in_hand => $n{w_in_hand_lost} // 0,
 	  uncertain_commits => $n{w_uncertain_commits} // 0;
+	push @report, receive_batch => $opt{receive_batch}, receive_batches => $n{batches} // 0
+	  if $opt{receive_batch} > 1;
+	push @report, receipts => 1, cross_session => $n{w_cross_session} // 0,
+	  stale_receipts => $n{w_stale_receipts} // 0
+	  if $opt{receipts};
 }
 else
 {

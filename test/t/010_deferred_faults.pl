@@ -29,6 +29,12 @@
 # injected rollback or a kill each) is dead: a few die, and they are
 # counted.  The run ends when every received message is done or dead.
 #
+# A second, shorter run drives the same faults through the 1.0.0 API:
+# receivers enqueue in batches with inbox_receive_many, and workers take
+# with inbox_poll, waiting up to 1 s for a message, under a 5 s lease, then
+# complete or fail each message by its receipt.  A message whose worker was
+# killed comes back when its lease runs out instead of at once.
+#
 # What is proved: every received message ends done or dead (or done and
 # then purged); each done one has exactly one effect row and each dead one
 # none, so no message is lost or processed twice; the effects table (no
@@ -109,6 +115,57 @@ is( $node->sql(q{SELECT count(*) FROM inbox.entries AS e
 	0, 'every entry left is done with an effect, or dead without one');
 is($node->sql(q{SELECT count(*) FROM inbox_dead_letters WHERE scope = 'shipping'}),
 	$r{dead}, 'inbox_dead_letters lists the dead ones');
+# The receipts variant: the same faults, the same accounting
+my %p = $node->run_load_driver(
+	[
+		'--mode' => 'deferred',
+		'--scope' => 'shipping-receipts',
+		'--receivers' => 4,
+		'--receive-batch' => 8,
+		'--workers' => 8,
+		'--receipts',
+		'--lease' => 5,
+		'--poll-wait' => 1,
+		'--batch' => 4,
+		'--work' => 0.01,
+		'--ids' => 4000,
+		'--duration' => 20,
+		'--redeliver' => 0.5,
+		'--abort' => 0.15,
+		'--kill-interval' => 3,
+		'--kill-method' => 'sigkill',
+		'--drain-timeout' => 60,
+		'--seed' => 11
+	],
+	[
+		qw(lost doubled stray unacked late errors open dead_with_effect delivered_ids
+		  redelivery_share abort_share taken completed kills kills_workers lost_in_hand done dead
+		  purged effects receive_batches stale_receipts)
+	]);
+is($p{open}, 0, 'receipts: every received message ends done or dead');
+is($p{lost}, 0, 'receipts: lost = 0');
+is($p{doubled}, 0, 'receipts: doubled = 0');
+is($p{dead_with_effect}, 0, 'receipts: no dead message has an effect');
+is($p{stray}, 0, 'receipts: no effect for an id that was never delivered');
+is($p{unacked}, 0, 'receipts: every delivered id was acked by a receiver');
+is($p{errors}, 0, 'receipts: no error other than lost connections and stale receipts');
+is($p{late}, 0, 'receipts: every uncertain receive was retried inside the redelivery horizon');
+is($p{done} + $p{purged} + $p{dead}, $p{delivered_ids}, 'receipts: done + purged + dead = delivered ids');
+is($p{effects}, $p{done} + $p{purged}, 'receipts: one effect row per done message, purged or not');
+cmp_ok($p{delivered_ids}, '>=', 500, 'receipts: at least 500 distinct ids were received');
+cmp_ok($p{receive_batches}, '>', 0, 'receipts: receivers enqueued with inbox_receive_many');
+cmp_ok($p{redelivery_share}, '>=', 0.30, 'receipts: at least 30% of the receives were redeliveries');
+cmp_ok($p{taken}, '>', $p{completed}, 'receipts: messages were polled again after an abort or a kill');
+cmp_ok($p{kills}, '>=', 3, 'receipts: at least 3 backends were killed with kill -9');
+cmp_ok($p{lost_in_hand}, '>=', 1, 'receipts: workers lost messages they held to the kills');
+note("receipts: $p{dead} dead, $p{stale_receipts} stale receipts");
+is( $node->sql(q{SELECT count(*) FROM inbox.entries AS e
+			CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
+								 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
+			WHERE e.scope = 'shipping-receipts'
+			  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
+	0, 'receipts: every entry left is done with an effect, or dead without one');
+
 $node->check_load_aftermath($log_offset);
 
 $node->stop;

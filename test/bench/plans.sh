@@ -1,0 +1,152 @@
+#-------------------------------------------------------------------------
+#
+# plans.sh
+#	  Whether a take's cost depends on luck, and what waiting costs;
+#	  sourced by deferred.sh on its database.
+#
+#	  One client takes, applies the effect and completes (work_one.sql), in
+#	  scopes that differ in one way each from a reference scope of 10,000
+#	  pending messages with fresh statistics:
+#	    - stale: filled after the last ANALYZE, so the statistics do not
+#	      know the scope;
+#	    - generic: the reference under plan_cache_mode = force_generic_plan;
+#	    - big: 1,000,000 pending messages;
+#	    - dead: 10,000 pending behind 200,000 dead letters.
+#	  Each should run within 20% of the reference.  Then the latency from a
+#	  receive's commit to the return of a waiting inbox_poll, and the CPU
+#	  that 50 idle waiting polls burn.
+#
+# test/bench/plans.sh
+#
+#-------------------------------------------------------------------------
+
+plan_seconds=${BENCH_PLAN_SECONDS:-5}
+plan_rounds=${BENCH_PLAN_ROUNDS:-5}
+
+echo "## Deferred mode: plans that do not depend on luck"
+echo
+echo "- 1 client, -M prepared, synchronous_commit = off, $plan_seconds s per run, $plan_rounds round(s) rotating the order, medians; take 1 + INSERT + complete per transaction"
+echo
+
+# fill SCOPE N [PREFIX]: N messages, by batches of 10,000
+fill()
+{
+	local prefix=${3:-$1}
+	sql "SELECT count(*) FROM generate_series(1, $2, 10000) b
+		 CROSS JOIN LATERAL inbox_receive_many('$1', ARRAY(SELECT '$prefix-' || g FROM generate_series(b, b + 9999) g),
+		 ARRAY(SELECT jsonb_build_object('amount', g) FROM generate_series(b, b + 9999) g))" >/dev/null
+}
+
+# Keep autovacuum from analyzing the leaves during these runs, which would
+# make the stale scope known
+for b in 0 1 2 3 4 5 6 7; do
+	sql "ALTER TABLE inbox.entries_p$b SET (autovacuum_enabled = off)" >/dev/null
+done
+fill plan-ref 60000
+fill plan-big 1000000
+fill plan-dead 200000
+sql "UPDATE inbox.entries SET state = 'x', due = NULL, finished_at = now() WHERE scope = 'plan-dead'" >/dev/null
+fill plan-dead 60000 live
+sql "VACUUM ANALYZE inbox.entries" >/dev/null
+# After the ANALYZE: the statistics know nothing of this scope
+fill plan-stale 60000
+
+# plan_run CONDITION: messages/s of one client
+plan_run()
+{
+	local c=$1 scope=plan-$1 opts="" out tps
+	case $c in
+		generic) scope=plan-ref; opts="-c plan_cache_mode=force_generic_plan" ;;
+	esac
+	# Without the commit's flush, which would otherwise dominate one
+	# client's transaction and hide what the take costs
+	opts="$opts -c synchronous_commit=off"
+	out=$(PGOPTIONS="$opts" pgbench -n -M prepared -c 1 -T "$plan_seconds" -D scope="$scope" \
+		-f "$here/work_one.sql" 2>&1) || { echo "$out" >&2; fail "pgbench failed on plan condition $c"; }
+	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
+	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for plan condition $c"; }
+	echo "$tps"
+}
+
+declare -A plan_tps=()
+conds=(ref stale generic big dead)
+for ((r = 0; r < plan_rounds; r++)); do
+	for ((i = 0; i < ${#conds[@]}; i++)); do
+		c=${conds[(i + r) % ${#conds[@]}]}
+		res=$(plan_run "$c") || exit 1
+		plan_tps[$c]="${plan_tps[$c]:-} $res"
+	done
+done
+
+for b in 0 1 2 3 4 5 6 7; do
+	sql "ALTER TABLE inbox.entries_p$b RESET (autovacuum_enabled)" >/dev/null
+done
+
+read -r ref_med _ <<<"$(stats "${plan_tps[ref]}")"
+echo "| condition | messages/s median | min | max | ratio to fresh |"
+echo "|---|---:|---:|---:|---:|"
+for c in "${conds[@]}"; do
+	read -r med min max <<<"$(stats "${plan_tps[$c]}")"
+	case $c in
+		ref) what="fresh statistics, 60k pending" ;;
+		stale) what="statistics that do not know the scope" ;;
+		generic) what="plan_cache_mode = force_generic_plan" ;;
+		big) what="1M pending" ;;
+		dead) what="60k pending behind 200k dead letters" ;;
+	esac
+	awk -v w="$what" -v m="$med" -v a="$min" -v b="$max" -v r="$ref_med" \
+		'BEGIN { printf "| %s | %s | %s | %s | %.2f |\n", w, m, a, b, m / r }'
+done
+echo
+
+#
+# Waiting takes.  Latency: a poll waits in one session; another receives
+# and notes the time just before its COMMIT; the poll notes the time it
+# returns.  Idle CPU: 50 sessions each wait in inbox_poll for 20 s on a
+# scope that gets nothing, against the same 10 s without them.
+#
+echo "## Deferred mode: waiting takes"
+echo
+lat=""
+for k in 1 2 3 4 5; do
+	tmp=$(mktemp)
+	psql -X -q -A -t -c "SELECT extract(epoch FROM clock_timestamp()) FROM inbox_poll('wake', 1, wait => '30 s')" >"$tmp" &
+	poller=$!
+	# until the poll sleeps
+	for ((t = 0; t < 200; t++)); do
+		[ "$(sql "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension' AND query LIKE '%inbox_poll(''wake''%'")" = 1 ] && break
+		sleep 0.05
+	done
+	sent=$(psql -X -q -A -t -v ON_ERROR_STOP=1 <<SQL | tail -n 1
+BEGIN;
+SELECT inbox_receive('wake', 'w-$k-$RANDOM$RANDOM', '{}'::jsonb) \gset
+SELECT extract(epoch FROM clock_timestamp());
+COMMIT;
+SQL
+)
+	wait "$poller"
+	got=$(cat "$tmp"); rm -f "$tmp"
+	[ -n "$got" ] || fail "a waiting poll returned nothing after a receive committed"
+	lat="$lat $(awk -v a="$got" -v b="$sent" 'BEGIN { printf "%.2f", (a - b) * 1000 }')"
+done
+read -r med min max <<<"$(stats "$lat")"
+echo "- wake-up latency, receive's COMMIT to the poll's return (includes the commit's flush): median $med ms, min $min, max $max (5 runs)"
+
+if [ "$clk_tck" != 0 ]; then
+	t0=$(cluster_ticks); sleep 10; t1=$(cluster_ticks)
+	pids=()
+	for ((k = 0; k < 50; k++)); do
+		psql -X -q -A -t -c "SELECT count(*) FROM inbox_poll('idle', 1, wait => '25 s')" >/dev/null &
+		pids+=($!)
+	done
+	for ((t = 0; t < 200; t++)); do
+		[ "$(sql "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Extension'")" = 50 ] && break
+		sleep 0.1
+	done
+	t2=$(cluster_ticks); sleep 10; t3=$(cluster_ticks)
+	wait "${pids[@]}"
+	awk -v a=$((t1 - t0)) -v b=$((t3 - t2)) -v hz="$clk_tck" 'BEGIN {
+		printf "- CPU of the cluster over 10 s: %.2f%% of one core idle, %.2f%% with 50 polls waiting; the waiters cost %.2f%% of one core (target: at most 1%%)\n",
+			100 * a / hz / 10, 100 * b / hz / 10, 100 * (b - a) / hz / 10 }'
+fi
+echo
