@@ -77,8 +77,8 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * to the deferred mode (inbox_receive, inbox_take, ...) and are NULL for
  * claims.  due is when an open message is next worth a take's look: a
  * pending one's arrival (or its not_before, or the end of its retry
- * delay), a processing one's end of lease, or, for one taken without a
- * lease, the take itself (whether its owner is alive is checked then).
+ * delay), and a processing one's take: every take then checks whether its
+ * lease ran out or its owner session ended.
  * receipt names the take that holds a processing message (src/deferred.c).
  */
 CREATE TABLE inbox.entries (
@@ -123,9 +123,9 @@ CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
 CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
 
 -- Messages pending or processing, by when they are due: what a take
--- scans, from the oldest due down to now, so that it never walks a message
--- that is leased or delayed.  Done entries (every claim) and dead letters
--- stay out of it, so it stays small.  message_id breaks ties between
+-- scans, from the oldest due up to now, so that it never walks a delayed
+-- message.  Done entries (every claim) and dead letters stay out of it, so
+-- it stays small.  message_id breaks ties between
 -- messages received in one transaction: takes hand them out in id order.
 CREATE INDEX entries_open ON inbox.entries (scope, due, message_id)
 	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
@@ -749,7 +749,7 @@ BEGIN
 	END IF;
 	RAISE EXCEPTION 'the receipt does not hold a message in scope "%"', inbox.quote(p_scope)
 		USING ERRCODE = 'IB004',
-			  DETAIL = format('The message that receipt %s was given for was completed or failed since, or its lease ran out and another take has it now.', p_receipt),
+			  DETAIL = format('The message that receipt %s was given for was completed or failed since, or another take has it now (its lease ran out, or the session that took it ended).', p_receipt),
 			  HINT = format('Roll back the transaction, so that the effect of this processing does not commit; a message can only be %s under the receipt of its latest take.', p_action);
 END
 $$;
@@ -774,27 +774,36 @@ BEGIN
 			USING ERRCODE = '22023';
 	END IF;
 	allowed := inbox.max_attempts(p_scope);
-	UPDATE inbox.entries AS e
-	   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed
-						THEN 'x' ELSE 'p' END::"char",
-		   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
-					  THEN NULL ELSE now() + coalesce(p_retry_after, interval '0') END,
-		   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed
-							  THEN now() END,
-		   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.state = 'r'
-	   AND CASE WHEN p_receipt IS NULL
-				THEN e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
-					 AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-					 AND e.owner_session = inbox.session_key()
-				ELSE e.receipt = p_receipt
-					 AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt) END
-	RETURNING e.state INTO new_state;
-	IF NOT FOUND THEN
-		IF p_receipt IS NULL THEN
+	-- Two statements, so that each finds its row by an index of one leaf
+	-- whatever plan_cache_mode says
+	IF p_receipt IS NULL THEN
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
+						  THEN NULL ELSE clock_timestamp() + coalesce(p_retry_after, interval '0') END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN now() END,
+			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+		   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		RETURNING e.state INTO new_state;
+		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
-		ELSE
+		END IF;
+	ELSE
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
+						  THEN NULL ELSE clock_timestamp() + coalesce(p_retry_after, interval '0') END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN now() END,
+			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+		 WHERE e.receipt = p_receipt
+		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.state = 'r'
+		   AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt)
+		RETURNING e.state INTO new_state;
+		IF NOT FOUND THEN
 			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
 		END IF;
 	END IF;
@@ -818,22 +827,26 @@ BEGIN
 		RAISE EXCEPTION 'lease must be positive'
 			USING ERRCODE = '22023';
 	END IF;
-	UPDATE inbox.entries AS e
-	   SET lease_until = pg_catalog.clock_timestamp() + p_lease,
-		   due = pg_catalog.clock_timestamp() + p_lease
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.state = 'r'
-	   AND CASE WHEN p_receipt IS NULL
-				THEN e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
-					 AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-					 AND e.owner_session = inbox.session_key()
-				ELSE e.receipt = p_receipt
-					 AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt) END
-	RETURNING e.lease_until INTO until;
-	IF NOT FOUND THEN
-		IF p_receipt IS NULL THEN
+	IF p_receipt IS NULL THEN
+		UPDATE inbox.entries AS e
+		   SET lease_until = clock_timestamp() + p_lease
+		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+		   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		RETURNING e.lease_until INTO until;
+		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
-		ELSE
+		END IF;
+	ELSE
+		UPDATE inbox.entries AS e
+		   SET lease_until = clock_timestamp() + p_lease
+		 WHERE e.receipt = p_receipt
+		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.state = 'r'
+		   AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt)
+		RETURNING e.lease_until INTO until;
+		IF NOT FOUND THEN
 			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'extended');
 		END IF;
 	END IF;

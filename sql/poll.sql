@@ -82,6 +82,18 @@ SELECT regress.try_receipt(format($$SELECT inbox_complete('solo', %L::uuid)$$, r
 FROM regress.receipts WHERE message_id = 's-1';
 SELECT inbox_complete('solo', 's-1');
 
+-- A message taken under a long lease by a session that has ended comes
+-- back at once, lease or not, and its old receipt no longer holds it.
+SELECT inbox_receive('leased-gone', 'g-1', '{}'::jsonb);
+TRUNCATE regress.receipts;
+INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('leased-gone', 1, lease => '2 hours')
+RETURNING message_id;
+SELECT message_id FROM inbox_poll('leased-gone', 1);   -- its owner (this session) lives
+UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'leased-gone';
+SELECT message_id, attempts FROM inbox_poll('leased-gone', 1);
+SELECT regress.try_receipt(format($$SELECT inbox_complete('leased-gone', %L::uuid)$$, receipt)) FROM regress.receipts;
+SELECT inbox_complete('leased-gone', 'g-1');
+
 -- Bad input.
 SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 0)$$);
 SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 10001)$$);

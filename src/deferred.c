@@ -14,9 +14,14 @@
  *	  messages, oldest due first, through the open-messages index
  *	  (scope, due, message_id) of each leaf, merged.  "due" is when an open
  *	  message next deserves a look (see sql/inbox.sql), so the scan starts
- *	  at the scope's oldest due message and stops at now: leased and
- *	  delayed messages, done entries and dead letters are never walked.
- *	  SKIP LOCKED lets concurrent takes pass each other's messages;
+ *	  at the scope's oldest due message and stops at now: delayed messages,
+ *	  done entries and dead letters are never walked.  Messages in flight
+ *	  are due from when they were taken, and are walked: each take checks
+ *	  whether their lease ran out or their owner session ended, which is
+ *	  what recovers them at once when a worker dies, lease or not.  Each
+ *	  owner is probed once per take (session.c), and the messages in
+ *	  flight are at most what the workers hold.  SKIP LOCKED lets
+ *	  concurrent takes pass each other's messages;
  *	- one UPDATE per message, on the leaf that holds it, by primary key.
  *
  * The first plan must not depend on statistics: a new scope, a burst that
@@ -101,7 +106,7 @@ static const char *const candidates_sql =
 "SELECT message_id, bucket, state, attempts, payload, payload_bytes, received_at "
 "FROM inbox.entries "
 "WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
-"AND (state = 'p' OR lease_until IS NOT NULL OR NOT inbox.session_alive(owner_session)) "
+"AND (state = 'p' OR lease_until < $2 OR NOT inbox.session_alive(owner_session)) "
 "ORDER BY due, message_id "
 "LIMIT $3 "
 "FOR UPDATE SKIP LOCKED";
@@ -137,7 +142,7 @@ static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_BUCKETS];
 static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	[LEAF_TAKE] =
 	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
-	"owner_session = $3, taken_at = $4, lease_until = $5, due = COALESCE($5, $4), "
+	"owner_session = $3, taken_at = $4, lease_until = $5, due = $4, "
 	"receipt = $6 "
 	"WHERE scope = $1 AND message_id = $2 AND bucket = %d",
 	[LEAF_DIE] =
@@ -233,6 +238,7 @@ allowed_attempts(TakeCall *call)
 				values, NULL, SPI_OK_SELECT);
 		call->allowed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 													SPI_tuptable->tupdesc, 1, &isnull));
+		SPI_freetuptable(SPI_tuptable);
 	}
 	return call->allowed;
 }
@@ -279,7 +285,16 @@ take_round(TakeCall *call, int *candidates)
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(call->max_messages);
-	execute(kept_plan(&candidates_plan, candidates_sql, 3, types), values, NULL, SPI_OK_SELECT);
+	inbox_owner_probes_begin();
+	PG_TRY();
+	{
+		execute(kept_plan(&candidates_plan, candidates_sql, 3, types), values, NULL, SPI_OK_SELECT);
+	}
+	PG_FINALLY();
+	{
+		inbox_owner_probes_end();
+	}
+	PG_END_TRY();
 	picked = SPI_tuptable;
 	npicked = SPI_processed;
 	*candidates = (int) npicked;
@@ -340,6 +355,8 @@ take_round(TakeCall *call, int *candidates)
 		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);
 		taken++;
 	}
+	/* a waiting take runs many attempts in one SPI connection */
+	SPI_freetuptable(picked);
 	return taken;
 }
 
@@ -357,10 +374,12 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 	execute(kept_plan(&held_plan, held_sql, 2, types), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
+	SPI_freetuptable(SPI_tuptable);
 	execute(kept_plan(&next_due_plan, next_due_sql, 2, types), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
+	SPI_freetuptable(SPI_tuptable);
 	return until;
 }
 
@@ -458,10 +477,14 @@ take(FunctionCallInfo fcinfo, bool poll)
 		long		secs;
 		int			usecs;
 
-		if (take_round(&call, &candidates) > 0 || wait == NULL)
+		/*
+		 * Return what was taken; and return at once too when all that was
+		 * picked died, rather than sleep on their uncommitted deaths,
+		 * which would keep them from inbox_dead_letters and lock them
+		 * against an inbox_requeue for the rest of the wait.
+		 */
+		if (take_round(&call, &candidates) > 0 || wait == NULL || candidates > 0)
 			break;
-		if (candidates > 0)
-			continue;			/* all were dead: look again at once */
 
 		now = GetCurrentTimestamp();
 		if (now >= deadline)

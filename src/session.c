@@ -74,6 +74,34 @@ inbox_session_key(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The owners found alive by the statement of a take that picks messages,
+ * so that it probes each only once however many of their messages it walks
+ * (a take walks every message in flight in its scope).  The take brackets
+ * that one statement with inbox_owner_probes_begin() and _end(), so what
+ * is kept is never older than the statement that reads it, and nothing
+ * else ever reads it.  Owners found dead are not kept: their messages are
+ * taken, and not walked again.
+ */
+#define OWNER_CACHE_SIZE 32
+
+static int64 owners_alive[OWNER_CACHE_SIZE];
+static int	n_owners_alive = 0;
+static bool owner_probes_active = false;
+
+void
+inbox_owner_probes_begin(void)
+{
+	n_owners_alive = 0;
+	owner_probes_active = true;
+}
+
+void
+inbox_owner_probes_end(void)
+{
+	owner_probes_active = false;
+}
+
+/*
  * inbox.session_alive(owner bigint) -> boolean: does the owning session
  * still exist?  Probing takes the owner's lock without waiting and gives it
  * back at once; only a live owner holds it.
@@ -89,10 +117,19 @@ inbox_session_alive(PG_FUNCTION_ARGS)
 	key = PG_GETARG_INT64(0);
 	if (key == my_session_key())
 		PG_RETURN_BOOL(true);
+	for (int i = 0; owner_probes_active && i < n_owners_alive; i++)
+	{
+		if (owners_alive[i] == key)
+			PG_RETURN_BOOL(true);
+	}
 
 	owner_locktag(&tag, key);
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		if (owner_probes_active && n_owners_alive < OWNER_CACHE_SIZE)
+			owners_alive[n_owners_alive++] = key;
 		PG_RETURN_BOOL(true);
+	}
 	LockRelease(&tag, ExclusiveLock, false);
 	PG_RETURN_BOOL(false);
 }

@@ -162,11 +162,14 @@ inbox_wakeup_available(void)
 	return wakeup_slots != NULL;
 }
 
+/* A scope's slot; the database is part of it, as scopes are per database */
 static int
 slot_of(const text *scope)
 {
-	return hash_bytes((const unsigned char *) VARDATA_ANY(scope),
-					  VARSIZE_ANY_EXHDR(scope)) & (WAKEUP_SLOTS - 1);
+	uint32		h = hash_bytes((const unsigned char *) VARDATA_ANY(scope),
+							   VARSIZE_ANY_EXHDR(scope));
+
+	return hash_combine(h, hash_uint32((uint32) MyDatabaseId)) & (WAKEUP_SLOTS - 1);
 }
 
 /* Wake the takes waiting on scope when this transaction commits */

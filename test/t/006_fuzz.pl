@@ -9,8 +9,10 @@
 # successful call made.
 #
 # The fuzzer runs inside the server (PL/pgSQL, each call in its own
-# subtransaction), seeded, so that a failure can be replayed.  It also
-# calls inbox_grant and inbox_revoke, and SETs random values of every
+# subtransaction), seeded, so that a failure can be replayed.  The 1.0.0
+# functions are among them: batches, streams, forgetting, polls (with
+# short or invalid waits), receipts (random, NULL, malformed), delayed and
+# batch receives.  It also calls inbox_grant and inbox_revoke, and SETs random values of every
 # inbox.* setting.  Then 300 random values go through ALTER SYSTEM: each is
 # written or refused with a clear error, and the server reloads them.
 use strict;
@@ -143,7 +145,7 @@ DECLARE
 BEGIN
 	PERFORM setseed(0.4242);
 	FOR n IN 1 .. calls LOOP
-		f := (random() * 21)::int;
+		f := (random() * 26)::int;
 		a := rnd_text();
 		b := rnd_text();
 		sql := CASE f
@@ -176,6 +178,22 @@ BEGIN
 			WHEN 19 THEN format('SELECT inbox_forget(%L, %L, %L)::text', a, b, rnd_text())
 			WHEN 20 THEN format('SELECT inbox_forget_range(%L, %L::timestamptz, %L::timestamptz, %L)::text',
 								a, rnd_time(), rnd_time(), rnd_text())
+			WHEN 21 THEN format('SELECT count(*)::text FROM inbox_poll(%L, %L::integer, %L::interval, %L::interval)',
+								a, rnd_int(), rnd_interval(),
+								(ARRAY[NULL, '0', '-1 s', '10 ms', '61 s', 'infinity'])[1 + (random() * 5)::int])
+			WHEN 22 THEN format('SELECT inbox_complete(%L, %L::uuid, %L::jsonb)::text', a,
+								(ARRAY[NULL, gen_random_uuid()::text, 'not a uuid'])[1 + (random() * 2)::int], rnd_json())
+			WHEN 23 THEN format('SELECT inbox_fail(%L, %L::uuid, %L, %L::interval)', a,
+								(ARRAY[NULL, gen_random_uuid()::text])[1 + (random() * 1)::int], rnd_text(), rnd_interval())
+			WHEN 24 THEN format('SELECT inbox_receive(%L, %L, %L::jsonb, %L::bytea, %L::timestamptz)::text',
+								a, b, rnd_json(), rnd_bytea(), rnd_time())
+			-- A batch of receives, recorded like a batch of claims
+			WHEN 25 THEN format('WITH c AS (SELECT * FROM inbox_receive_many(%L, %L::text[], '
+								'ARRAY(SELECT %L::jsonb FROM generate_series(1, %s)), %L::bytea[], %L::timestamptz, %L)), '
+								'm AS (INSERT INTO fuzz_made SELECT %L, c.message_id FROM c WHERE c.status = ''received'') '
+								'SELECT count(*)::text FROM c',
+								a, rnd_text_array(), rnd_json(), 1 + (random() * 5)::int, rnd_bytea_array(), rnd_time(),
+								(ARRAY['raise', 'return', NULL, 'ignore'])[1 + (random() * 3)::int], a)
 			ELSE 'SELECT inbox_purge()::text'
 		END;
 		BEGIN
@@ -189,7 +207,7 @@ BEGIN
 			IF f = 15 THEN
 				RESET ALL;   -- keep one accepted value from steering the rest
 			END IF;
-			IF f IN (0, 1, 3, 4) AND res = 'true' THEN
+			IF f IN (0, 1, 3, 4, 24) AND res = 'true' THEN
 				INSERT INTO fuzz_made VALUES (a, b);
 			END IF;
 			IF f IN (17, 18) AND res IS NOT NULL AND res <> 'false' THEN
