@@ -295,9 +295,13 @@ BEGIN
 		RAISE EXCEPTION 'lease must be positive'
 			USING ERRCODE = '22023';
 	END IF;
+	-- A message polled under a lease is due when its lease runs out; one
+	-- bound to its session stays due from its take (src/deferred.c).
 	IF p_receipt IS NULL THEN
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease
+		   SET lease_until = clock_timestamp() + p_lease,
+			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due
+						  ELSE clock_timestamp() + p_lease END
 		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
@@ -308,7 +312,8 @@ BEGIN
 		END IF;
 	ELSE
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease
+		   SET lease_until = clock_timestamp() + p_lease,
+			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE clock_timestamp() + p_lease END
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'

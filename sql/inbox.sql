@@ -77,7 +77,8 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * to the deferred mode (inbox_receive, inbox_take, ...) and are NULL for
  * claims.  due is when an open message is next worth a take's look: a
  * pending one's arrival (or its not_before, or the end of its retry
- * delay), and a processing one's take: every take then checks whether its
+ * delay); for one being processed, the end of its lease if inbox_poll took
+ * it under a lease, or else its take: every take then checks whether its
  * lease ran out or its owner session ended.
  * receipt names the take that holds a processing message (src/deferred.c).
  */
@@ -827,9 +828,13 @@ BEGIN
 		RAISE EXCEPTION 'lease must be positive'
 			USING ERRCODE = '22023';
 	END IF;
+	-- A message polled under a lease is due when its lease runs out; one
+	-- bound to its session stays due from its take (src/deferred.c).
 	IF p_receipt IS NULL THEN
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease
+		   SET lease_until = clock_timestamp() + p_lease,
+			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due
+						  ELSE clock_timestamp() + p_lease END
 		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
@@ -840,7 +845,8 @@ BEGIN
 		END IF;
 	ELSE
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease
+		   SET lease_until = clock_timestamp() + p_lease,
+			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE clock_timestamp() + p_lease END
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'

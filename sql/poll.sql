@@ -82,17 +82,24 @@ SELECT regress.try_receipt(format($$SELECT inbox_complete('solo', %L::uuid)$$, r
 FROM regress.receipts WHERE message_id = 's-1';
 SELECT inbox_complete('solo', 's-1');
 
--- A message taken under a long lease by a session that has ended comes
--- back at once, lease or not, and its old receipt no longer holds it.
+-- A message polled under a lease belongs to its receipt until the lease
+-- runs out, even when the session that polled it has ended (a client that
+-- polls on one connection and completes on another)...
 SELECT inbox_receive('leased-gone', 'g-1', '{}'::jsonb);
 TRUNCATE regress.receipts;
 INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('leased-gone', 1, lease => '2 hours')
 RETURNING message_id;
-SELECT message_id FROM inbox_poll('leased-gone', 1);   -- its owner (this session) lives
 UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'leased-gone';
-SELECT message_id, attempts FROM inbox_poll('leased-gone', 1);
+SELECT message_id FROM inbox_poll('leased-gone', 1);
 SELECT regress.try_receipt(format($$SELECT inbox_complete('leased-gone', %L::uuid)$$, receipt)) FROM regress.receipts;
-SELECT inbox_complete('leased-gone', 'g-1');
+-- ... while one taken by inbox_take, bound to its session, comes back at
+-- once when that session ends, lease or not.
+SELECT inbox_receive('leased-gone', 'g-2', '{}'::jsonb);
+SELECT message_id FROM inbox_take('leased-gone', 1, lease => '2 hours');
+SELECT message_id FROM inbox_take('leased-gone', 1);   -- its owner (this session) lives
+UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'leased-gone' AND message_id = 'g-2';
+SELECT message_id, attempts FROM inbox_take('leased-gone', 1);
+SELECT inbox_complete('leased-gone', 'g-2');
 
 -- Bad input.
 SELECT regress.try($$SELECT * FROM inbox_poll('jobs', 0)$$);

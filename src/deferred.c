@@ -15,12 +15,14 @@
  *	  (scope, due, message_id) of each leaf, merged.  "due" is when an open
  *	  message next deserves a look (see sql/inbox.sql), so the scan starts
  *	  at the scope's oldest due message and stops at now: delayed messages,
- *	  done entries and dead letters are never walked.  Messages in flight
- *	  are due from when they were taken, and are walked: each take checks
- *	  whether their lease ran out or their owner session ended, which is
- *	  what recovers them at once when a worker dies, lease or not.  Each
- *	  owner is probed once per take (session.c), and the messages in
- *	  flight are at most what the workers hold.  SKIP LOCKED lets
+ *	  done entries and dead letters are never walked.  A message bound to
+ *	  the session that took it (inbox_take, or inbox_poll without a lease)
+ *	  is due from its take, and walked by every take, which checks whether
+ *	  its lease ran out or its owner session ended: that is what recovers
+ *	  it at once when its worker dies.  Each owner is probed once per take
+ *	  (session.c), and such messages are at most what the workers hold.  A
+ *	  message polled under a lease belongs to its receipt, not to a
+ *	  session, and is due when the lease runs out.  SKIP LOCKED lets
  *	  concurrent takes pass each other's messages;
  *	- one UPDATE per message, on the leaf that holds it, by primary key.
  *
@@ -106,7 +108,8 @@ static const char *const candidates_sql =
 "SELECT message_id, bucket, state, attempts, payload, payload_bytes, received_at "
 "FROM inbox.entries "
 "WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
-"AND (state = 'p' OR lease_until < $2 OR NOT inbox.session_alive(owner_session)) "
+"AND (state = 'p' OR lease_until < $2 "
+"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
 "ORDER BY due, message_id "
 "LIMIT $3 "
 "FOR UPDATE SKIP LOCKED";
@@ -142,7 +145,7 @@ static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_BUCKETS];
 static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	[LEAF_TAKE] =
 	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
-	"owner_session = $3, taken_at = $4, lease_until = $5, due = $4, "
+	"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
 	"receipt = $6 "
 	"WHERE scope = $1 AND message_id = $2 AND bucket = %d",
 	[LEAF_DIE] =
@@ -160,9 +163,9 @@ static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	"WHERE receipt = $2 AND scope = $1 AND state = 'r' AND bucket = %d",
 };
 
-static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {6, 3, 4, 3};
-static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][6] = {
-	[LEAF_TAKE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID},
+static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {7, 3, 4, 3};
+static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
+	[LEAF_TAKE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID},
 	[LEAF_DIE] = {TEXTOID, TEXTOID, TIMESTAMPTZOID},
 	[LEAF_COMPLETE] = {TEXTOID, TEXTOID, JSONBOID, INT8OID},
 	[LEAF_COMPLETE_RECEIPT] = {TEXTOID, UUIDOID, JSONBOID},
@@ -270,8 +273,8 @@ take_round(TakeCall *call, int *candidates)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	Datum		lease_until = (Datum) 0;
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
 	SPITupleTable *picked;
 	uint64		npicked;
@@ -332,14 +335,21 @@ take_round(TakeCall *call, int *candidates)
 			continue;
 		}
 
-		receipt = new_receipt(bucket);
+		/*
+		 * inbox_take binds the message to this session: no receipt, and
+		 * due from now, so that every take checks on its owner.  A poll
+		 * under a lease hands it to a receipt until the lease runs out.
+		 */
+		receipt = call->receipts ? new_receipt(bucket) : NULL;
 		values[0] = PointerGetDatum(call->scope);
 		values[1] = message_id;
 		values[2] = Int64GetDatum(call->owner);
 		values[3] = TimestampTzGetDatum(now);
 		values[4] = lease_until;
 		nulls[4] = call->lease != NULL ? ' ' : 'n';
-		values[5] = UUIDPGetDatum(receipt);
+		values[5] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
+		nulls[5] = receipt != NULL ? ' ' : 'n';
+		values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
 		execute(leaf_plan(LEAF_TAKE, bucket), values, nulls, SPI_OK_UPDATE);
 		if (SPI_processed != 1)
 			elog(ERROR, "inbox_take: a message it had locked was not updated");
@@ -349,7 +359,8 @@ take_round(TakeCall *call, int *candidates)
 		out[2] = SPI_getbinval(tuple, desc, 6, &out_nulls[2]);
 		out[3] = Int32GetDatum(attempts + 1);
 		out[4] = SPI_getbinval(tuple, desc, 7, &out_nulls[4]);
-		out[5] = UUIDPGetDatum(receipt);
+		out[5] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
+		out_nulls[5] = receipt == NULL;
 		out[6] = lease_until;
 		out_nulls[6] = call->lease == NULL;
 		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);

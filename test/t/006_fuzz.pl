@@ -106,7 +106,7 @@ CREATE FUNCTION rnd_setting() RETURNS text LANGUAGE sql AS $$
 			   'inbox.purge_batch_size', 'inbox.purge_enabled', 'inbox.purge_lock_timeout',
 			   'inbox.max_attempts', 'inbox.purge_naptime', 'inbox.max_scopes'])[1 + (random() * 9)::int],
 		(ARRAY['0', '-1', '1', '1s', '1 min', '10d', '2147483647', '2147483648', 'on', 'raise',
-			   'return', '1e9', 'NaN', '', '5 parsecs', rnd_text()])[1 + (random() * 15)::int])
+			   'return', '1e9', 'NaN', '', '5 parsecs', coalesce(rnd_text(), '')])[1 + (random() * 15)::int])
 $$;
 
 CREATE FUNCTION rnd_json() RETURNS text LANGUAGE sql AS $$
