@@ -246,6 +246,19 @@ inbox_keep_plan(const char *sql, int nargs, Oid *argtypes, int cursor_options)
 	return plan;
 }
 
+/*
+ * The generic plan of sql kept in *slot, prepared on first use: the hot
+ * paths' statements, whose plans depend on no value (claim.c, offsets.c,
+ * deferred.c).
+ */
+SPIPlanPtr
+inbox_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
+{
+	if (*slot == NULL)
+		*slot = inbox_keep_plan(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
+	return *slot;
+}
+
 /* The plan of kind for the key's leaf (or the legacy one), made on first use */
 static SPIPlanPtr
 key_plan(const KeyPlans *kp, LeafPlan kind)

@@ -16,6 +16,7 @@ extern void claim_init(void);
 extern bool inbox_on_duplicate_raises(void);
 extern SPIPlanPtr inbox_keep_plan(const char *sql, int nargs, Oid *argtypes,
 								  int cursor_options);
+extern SPIPlanPtr inbox_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
 extern int	inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 								  const text *scope, const text *key, const char *kind);
 

@@ -210,14 +210,6 @@ leaf_plan(DeferredLeafPlan kind, int bucket)
 	return *slot;
 }
 
-static SPIPlanPtr
-kept_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
-{
-	if (*slot == NULL)
-		*slot = inbox_keep_plan(sql, nargs, argtypes, CURSOR_OPT_GENERIC_PLAN);
-	return *slot;
-}
-
 static void
 execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
 {
@@ -237,7 +229,7 @@ allowed_attempts(TakeCall *call)
 		Datum		values[1] = {PointerGetDatum(call->scope)};
 		bool		isnull;
 
-		execute(kept_plan(&max_attempts_plan, "SELECT inbox.max_attempts($1)", 1, types),
+		execute(inbox_plan(&max_attempts_plan, "SELECT inbox.max_attempts($1)", 1, types),
 				values, NULL, SPI_OK_SELECT);
 		call->allowed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 													SPI_tuptable->tupdesc, 1, &isnull));
@@ -291,7 +283,7 @@ take_round(TakeCall *call, int *candidates)
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
-		execute(kept_plan(&candidates_plan, candidates_sql, 3, types), values, NULL, SPI_OK_SELECT);
+		execute(inbox_plan(&candidates_plan, candidates_sql, 3, types), values, NULL, SPI_OK_SELECT);
 	}
 	PG_FINALLY();
 	{
@@ -382,11 +374,11 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
-	execute(kept_plan(&held_plan, held_sql, 2, types), values, NULL, SPI_OK_SELECT);
+	execute(inbox_plan(&held_plan, held_sql, 2, types), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
 	SPI_freetuptable(SPI_tuptable);
-	execute(kept_plan(&next_due_plan, next_due_sql, 2, types), values, NULL, SPI_OK_SELECT);
+	execute(inbox_plan(&next_due_plan, next_due_sql, 2, types), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
@@ -546,7 +538,7 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 		Oid			types[2] = {TEXTOID, TEXTOID};
 
 		/* inbox.refuse says why, and raises */
-		execute(kept_plan(&refuse_plan, "SELECT inbox.refuse($1, $2, 'completed', 'r')", 2, types),
+		execute(inbox_plan(&refuse_plan, "SELECT inbox.refuse($1, $2, 'completed', 'r')", 2, types),
 				values, NULL, SPI_OK_SELECT);
 		elog(ERROR, "inbox.refuse did not raise");
 	}
@@ -584,7 +576,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	{
 		Oid			types[2] = {TEXTOID, UUIDOID};
 
-		execute(kept_plan(&refuse_receipt_plan, "SELECT inbox.refuse_receipt($1, $2, 'completed')",
+		execute(inbox_plan(&refuse_receipt_plan, "SELECT inbox.refuse_receipt($1, $2, 'completed')",
 						  2, types),
 				values, NULL, SPI_OK_SELECT);
 		elog(ERROR, "inbox.refuse_receipt did not raise");

@@ -91,9 +91,7 @@ offset_plan(SPIPlanPtr *slot, const char *sql, int nargs)
 {
 	Oid			types[3] = {TEXTOID, TEXTOID, INT8OID};
 
-	if (*slot == NULL)
-		*slot = inbox_keep_plan(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
-	return *slot;
+	return inbox_plan(slot, sql, nargs, types);
 }
 
 static int64
