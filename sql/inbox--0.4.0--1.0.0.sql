@@ -196,11 +196,8 @@ SET search_path = pg_catalog, pg_temp;
 -- the message's bucket in the low bits of the receipt's first byte.
 CREATE FUNCTION inbox.receipt_bucket(receipt uuid)
 RETURNS smallint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT (pg_catalog.get_byte(pg_catalog.uuid_send(receipt), 0) OPERATOR(pg_catalog.%) 8)::smallint
-$$;
+AS 'MODULE_PATHNAME', 'inbox_receipt_bucket'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 /*
  * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by

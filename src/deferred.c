@@ -74,6 +74,7 @@ PG_FUNCTION_INFO_V1(inbox_take_1_0);
 PG_FUNCTION_INFO_V1(inbox_poll_1_0);
 PG_FUNCTION_INFO_V1(inbox_complete_1_0);
 PG_FUNCTION_INFO_V1(inbox_complete_receipt_1_0);
+PG_FUNCTION_INFO_V1(inbox_receipt_bucket);
 
 /* inbox.max_attempts, which the SQL functions read with current_setting */
 static int	max_attempts = 5;
@@ -253,6 +254,20 @@ new_receipt(int bucket)
 	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
 	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
 	return uuid;
+}
+
+/* The bucket, and so the leaf, of the message a receipt was made for */
+static int
+receipt_bucket(const pg_uuid_t *receipt)
+{
+	return receipt->data[0] & (INBOX_BUCKETS - 1);
+}
+
+/* inbox.receipt_bucket(receipt uuid) -> smallint, for the SQL functions */
+Datum
+inbox_receipt_bucket(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT16((int16) receipt_bucket(PG_GETARG_UUID_P(0)));
 }
 
 /*
@@ -570,7 +585,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, receipt->data[0] & (INBOX_BUCKETS - 1)),
+	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, receipt_bucket(receipt)),
 			values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
