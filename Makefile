@@ -78,3 +78,22 @@ demo:
 	@bash test/run.sh demo
 bench:
 	@bash test/run.sh bench
+
+# Packages (docs/packaging.md).  Both write into DISTDIR, dist/ by default
+# (ignored by git), and never into the work tree:
+#   make deb    postgresql-NN-inbox_X.Y.Z_ARCH.deb with pg_buildext and
+#               debhelper, for each installed postgresql-server-dev-NN >= 15
+#   make dist   inbox-X.Y.Z.zip for PGXN: git archive of HEAD, META.json checked
+DISTDIR ?= dist
+.PHONY: deb dist
+deb:
+	@DISTDIR="$(DISTDIR)" bash test/packages.sh deb
+dist:
+	@DISTDIR="$(DISTDIR)" bash test/packages.sh dist
+
+# The Java and Go consumer examples (examples/java, examples/go) and their
+# crash test; installs the JDK, JDBC, Go and pgx from Debian when run as
+# root.  Not part of "make test".
+.PHONY: examples
+examples:
+	@bash examples/run-jvm-go.sh
