@@ -1,0 +1,117 @@
+#!/bin/bash
+# examples/run-jvm-go.sh - the entry point behind "make examples": builds the
+# Java and Go consumer examples and runs their crash test
+# (examples/crash-test.pl).
+#
+# As root on a fresh Debian 12 machine it first installs what is missing:
+# the packages of test/ensure-deps.sh, then the JDK, PostgreSQL's JDBC
+# driver, Go and pgx from Debian (not needed by "make test", hence here).
+# It builds and installs the extension, then builds and runs everything as
+# the unprivileged "postgres" OS user (initdb refuses root) in a temporary
+# directory.  Run as another user, it needs those packages and the
+# extension installed already.
+#
+#   EXAMPLES="java go"   the languages to run (default both)
+#   EXAMPLES_SECONDS=20  how long consumers are killed, per language
+#
+# The Go example builds offline, in GOPATH mode against Debian's packaged
+# sources (/usr/share/gocode); no module proxy is needed.
+set -euo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+export PG_CONFIG
+langs=${EXAMPLES:-java go}
+seconds=${EXAMPLES_SECONDS:-20}
+jdbc=/usr/share/java/postgresql.jar
+gopath=/usr/share/gocode
+
+# A failure before the crash test ran still ends with the closing line.
+fail()
+{
+	echo "run-jvm-go: $*" >&2
+	echo "0 passed, 1 failed"
+	exit 1
+}
+
+bash "$top/test/ensure-deps.sh" || fail "missing packages"
+
+extra="default-jdk-headless libpostgresql-jdbc-java golang-go golang-github-jackc-pgx-v4-dev"
+missing=""
+for p in $extra; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	[ "$(id -u)" -eq 0 ] || fail "missing packages:$missing (run as root, or apt-get install them)"
+	echo "run-jvm-go: installing$missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# Build the extension, and install it unless the installed one is the same
+# (reinstalling under a running server can make it fail to load the library).
+make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null
+lib=$("$PG_CONFIG" --pkglibdir)
+share=$("$PG_CONFIG" --sharedir)/extension
+current=yes
+cmp -s "$top/inbox.so" "$lib/inbox.so" || current=no
+cmp -s "$top/inbox.control" "$share/inbox.control" || current=no
+for f in "$top"/sql/inbox--*.sql; do
+	cmp -s "$f" "$share/$(basename "$f")" || current=no
+done
+if [ "$current" = no ]; then
+	if [ "$(id -u)" -eq 0 ] || [ -w "$lib" ]; then
+		make -C "$top" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+	elif ! [ -f "$share/inbox.control" ]; then
+		fail "cannot install into $lib; run as root"
+	fi
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/inbox-examples.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cp -r "$top/examples/java" "$top/examples/go" "$top/examples/crash-test.pl" "$work/"
+if [ "$(id -u)" -eq 0 ]; then
+	chown -R postgres "$work"
+	# setpriv execs in place (runuser forks, and puts the command out of
+	# reach of the terminal's Ctrl-C): the crash test must get the signal
+	# to stop its consumers and its cluster.
+	runner=(setpriv --reuid=postgres --regid=postgres --init-groups
+		env HOME="$work" USER=postgres LOGNAME=postgres TMPDIR="$work")
+else
+	runner=(env TMPDIR="$work")
+fi
+as_runner() { "${runner[@]}" "$@"; }
+
+args=()
+for lang in $langs; do
+	case $lang in
+		java)
+			as_runner nice -n 10 javac -Xlint:all -Werror -d "$work/java-build" -cp "$jdbc" \
+				"$work"/java/*.java || fail "the Java example does not build"
+			args+=(--java "$jdbc:$work/java-build")
+			;;
+		go)
+			as_runner env GO111MODULE=off GOPATH="$gopath" GOFLAGS= GOCACHE="$work/gocache" \
+				sh -c "cd '$work/go' && nice -n 10 go vet . && nice -n 10 go build -o '$work/inbox-example-go' ." ||
+				fail "the Go example does not build"
+			args+=(--go "$work/inbox-example-go")
+			;;
+		*) fail "unknown language in EXAMPLES: $lang" ;;
+	esac
+done
+
+# In the background, so that a signal to this script is passed on and the
+# crash test's own cleanup (its consumers, its cluster) ends before the
+# EXIT trap removes the directory they run in.
+"${runner[@]}" PATH="$("$PG_CONFIG" --bindir):$PATH" \
+	perl "$work/crash-test.pl" --seconds "$seconds" "${args[@]}" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' INT TERM
+status=0
+wait "$child" || status=$?
+while kill -0 "$child" 2>/dev/null; do
+	wait "$child" || status=$?
+done
+exit "$status"
