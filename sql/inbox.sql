@@ -732,6 +732,13 @@ RETURNS smallint
 AS 'MODULE_PATHNAME', 'inbox_receipt_bucket'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- Raise the error that says what cannot run when inbox.entries is
+-- distributed by Citus, and why (src/distributed.c); nothing otherwise.
+CREATE FUNCTION inbox.refuse_distributed(what text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_refuse_distributed'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+
 /*
  * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
  * receipt matched no row, and raise.
@@ -766,25 +773,31 @@ AS $$
 DECLARE
 	new_state "char";
 	allowed integer;
+	-- The times are computed before the UPDATE, and passed to it as
+	-- values: Citus refuses a volatile function, and a stable one inside a
+	-- CASE, in an UPDATE of a distributed table (docs/scale-out.md).
+	finished timestamptz := pg_catalog.now();
+	retry_at timestamptz;
+	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
 BEGIN
 	IF p_retry_after < interval '0' THEN
 		RAISE EXCEPTION 'retry_after must not be negative'
 			USING ERRCODE = '22023';
 	END IF;
 	allowed := inbox.max_attempts(p_scope);
+	retry_at := pg_catalog.clock_timestamp() + coalesce(p_retry_after, interval '0');
 	-- Two statements, so that each finds its row by an index of one leaf
 	-- whatever plan_cache_mode says
 	IF p_receipt IS NULL THEN
 		UPDATE inbox.entries AS e
 		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
-			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
-						  THEN NULL ELSE clock_timestamp() + coalesce(p_retry_after, interval '0') END,
-			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN now() END,
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
 			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
 		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-		   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		   AND e.state = 'r' AND e.owner_session = me
 		RETURNING e.state INTO new_state;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
@@ -792,9 +805,8 @@ BEGIN
 	ELSE
 		UPDATE inbox.entries AS e
 		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
-			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
-						  THEN NULL ELSE clock_timestamp() + coalesce(p_retry_after, interval '0') END,
-			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN now() END,
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
 			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
@@ -820,30 +832,33 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	until timestamptz;
+	-- Values, not functions, in the UPDATEs: see inbox.fail_message
+	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
+	lease_end timestamptz;
 BEGIN
 	IF p_lease IS NULL OR p_lease <= interval '0' THEN
 		RAISE EXCEPTION 'lease must be positive'
 			USING ERRCODE = '22023';
 	END IF;
+	lease_end := pg_catalog.clock_timestamp() + p_lease;
 	-- A message polled under a lease is due when its lease runs out; one
 	-- bound to its session stays due from its take (src/deferred.c).
 	IF p_receipt IS NULL THEN
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease,
-			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due
-						  ELSE clock_timestamp() + p_lease END
+		   SET lease_until = lease_end,
+			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
 		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-		   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		   AND e.state = 'r' AND e.owner_session = me
 		RETURNING e.lease_until INTO until;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
 		END IF;
 	ELSE
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease,
-			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE clock_timestamp() + p_lease END
+		   SET lease_until = lease_end,
+			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE lease_end END
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'
@@ -1268,6 +1283,7 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+	PERFORM inbox.refuse_distributed('stats');
 	-- Zero the counters, and recount exactly the entries retained per
 	-- scope (the purge keeps that number up to date incrementally, which
 	-- can undercount claims that committed long after they started).
@@ -1302,9 +1318,14 @@ CREATE FUNCTION inbox.scope_state(OUT scope text, OUT retention interval, OUT cl
 								  OUT cutoff timestamptz, OUT oldest_entry timestamptz,
 								  OUT purge_lag interval, OUT entries_retained bigint)
 RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+	-- PL/pgSQL, so that the refusal runs before the query is planned
+	PERFORM inbox.refuse_distributed('stats');
+	RETURN QUERY
 	SELECT sc.scope, r.retention,
 		   CASE WHEN x.latest IS NULL THEN 'empty'
 				WHEN c.cutoff IS NULL THEN 'held'
@@ -1322,7 +1343,8 @@ AS $$
 						  WHERE e.scope OPERATOR(pg_catalog.=) sc.scope) AS x
 	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
 											 sc.pauses, r.retention, cfg.idle_threshold)
-								AS cutoff) AS c
+								AS cutoff) AS c;
+END
 $$;
 
 /*
@@ -1799,6 +1821,7 @@ COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[
 'store a batch of binary messages as pending: one row per id';
 
 REVOKE ALL ON FUNCTION inbox.receipt_bucket(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.refuse_distributed(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, uuid, interval) FROM PUBLIC;

@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "access.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
 
@@ -183,6 +184,7 @@ inbox_forget(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	bool		forgotten;
 
+	inbox_refuse_if_distributed(INBOX_REFUSE_FORGET);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	check_scope_known(scope);
@@ -241,6 +243,7 @@ inbox_forget_range(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	uint64		forgotten;
 
+	inbox_refuse_if_distributed(INBOX_REFUSE_FORGET);
 	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),

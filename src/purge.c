@@ -53,6 +53,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "purge.h"
 #include "stats.h"
@@ -521,6 +522,8 @@ purge_round(void)
 	ListCell   *lc;
 	int64		total = 0;
 	int			nestlevel;
+
+	inbox_refuse_if_distributed(INBOX_REFUSE_PURGE);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

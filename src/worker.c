@@ -61,6 +61,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "purge.h"
 #include "stats.h"
@@ -330,6 +331,17 @@ extension_ready(void)
 		 strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0);
 	if (version == NULL)
 		inbox_stats_forget(MyDatabaseId, NULL);
+	else if (ready && inbox_entries_distributed())
+	{
+		/*
+		 * Quietly: the launcher comes back every naptime, on every node,
+		 * and inbox_purge() says why to whoever calls it.
+		 */
+		ereport(DEBUG1,
+				(errmsg("inbox purge skips database \"%s\": inbox.entries is distributed by Citus",
+						get_database_name(MyDatabaseId))));
+		ready = false;
+	}
 	else if (!ready)
 		ereport(LOG,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
