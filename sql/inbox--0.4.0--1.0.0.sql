@@ -199,13 +199,6 @@ RETURNS smallint
 AS 'MODULE_PATHNAME', 'inbox_receipt_bucket'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- Raise the error that says what cannot run when inbox.entries is
--- distributed by Citus, and why (src/distributed.c); nothing otherwise.
-CREATE FUNCTION inbox.refuse_distributed(what text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_refuse_distributed'
-LANGUAGE C STABLE STRICT PARALLEL SAFE;
-
 /*
  * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
  * receipt matched no row, and raise.
@@ -731,7 +724,48 @@ BEGIN
 	END LOOP;
 END
 $$;
+
+/*
+ * inbox.purge_scope(leaf, scope, cutoff, limit): purge_leaf for one scope,
+ * on a distributed inbox.entries (src/purge.c).  Citus runs neither a
+ * DELETE by row address nor a join of the local inbox.scopes to a shard,
+ * so the scope's clock row is locked first, on its own, and the batch is
+ * one DELETE whose subquery reads the same shard: Citus sends the whole
+ * statement to the worker that holds it.
+ */
+CREATE FUNCTION inbox.purge_scope(p_leaf regclass, p_scope text, p_cutoff timestamptz,
+								  p_limit integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	PERFORM FROM inbox.scopes AS sc
+	  WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	  FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		RETURN 0;				-- another purger has the scope
+	END IF;
+	EXECUTE format(
+		'DELETE FROM %1$s AS e'
+		' WHERE e.scope OPERATOR(pg_catalog.=) $1'
+		'   AND e.message_id IN ('
+		'       SELECT v.message_id FROM %1$s AS v'
+		'        WHERE v.scope OPERATOR(pg_catalog.=) $1'
+		'          AND v.received_at OPERATOR(pg_catalog.<) $2'
+		'          AND v.state OPERATOR(pg_catalog.=) ''d''::"char"'
+		'        ORDER BY v.received_at LIMIT $3)', p_leaf)
+		USING p_scope, p_cutoff, p_limit;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	UPDATE inbox.scopes AS sc SET retained = greatest(sc.retained - n, 0)
+	 WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	RETURN n;
+END
+$$;
 REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_scope(regclass, text, timestamptz, integer) FROM PUBLIC;
 
 -- Administration in SQL (the C functions of 0.4.0 stay in the library for
 -- databases not yet updated), and grants by role name.
@@ -824,19 +858,47 @@ BEGIN
 	RETURN removed;
 END
 $$;
--- inbox_stats refuses a distributed inbox.entries (src/distributed.c)
+/*
+ * A scope's oldest and newest entry (two probes of its index), and its
+ * number of entries.  Functions rather than subqueries of inbox.scope_state
+ * and inbox_stats_reset, and PL/pgSQL rather than SQL: on Citus each is
+ * then a query on the scope's shard, which Citus runs, where a correlated
+ * aggregate over a distributed table joined to a local one is refused
+ * (docs/scale-out.md).
+ */
+CREATE FUNCTION inbox.scope_span(p_scope text, OUT oldest timestamptz, OUT latest timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	SELECT min(e.received_at), max(e.received_at) INTO oldest, latest
+	  FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
+END
+$$;
+
+CREATE FUNCTION inbox.scope_size(p_scope text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	SELECT count(*) INTO n FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
+	RETURN n;
+END
+$$;
+
+-- inbox_stats on Citus: the per-scope aggregates are functions of their own
 CREATE OR REPLACE FUNCTION inbox.scope_state(OUT scope text, OUT retention interval, OUT clock text,
 								  OUT cutoff timestamptz, OUT oldest_entry timestamptz,
 								  OUT purge_lag interval, OUT entries_retained bigint)
 RETURNS SETOF record
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_column
-BEGIN
-	-- PL/pgSQL, so that the refusal runs before the query is planned
-	PERFORM inbox.refuse_distributed('stats');
-	RETURN QUERY
 	SELECT sc.scope, r.retention,
 		   CASE WHEN x.latest IS NULL THEN 'empty'
 				WHEN c.cutoff IS NULL THEN 'held'
@@ -849,13 +911,10 @@ BEGIN
 	  FROM inbox.scopes AS sc
 	 CROSS JOIN inbox.settings() AS cfg
 	 CROSS JOIN LATERAL (SELECT coalesce(sc.retention, cfg.retention) AS retention) AS r
-	 CROSS JOIN LATERAL (SELECT min(e.received_at) AS oldest, max(e.received_at) AS latest
-						   FROM inbox.entries AS e
-						  WHERE e.scope OPERATOR(pg_catalog.=) sc.scope) AS x
+	 CROSS JOIN LATERAL inbox.scope_span(sc.scope) AS x
 	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
 											 sc.pauses, r.retention, cfg.idle_threshold)
-								AS cutoff) AS c;
-END
+								AS cutoff) AS c
 $$;
 
 CREATE OR REPLACE FUNCTION @extschema@.inbox_stats_reset()
@@ -864,14 +923,11 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	PERFORM inbox.refuse_distributed('stats');
 	-- Zero the counters, and recount exactly the entries retained per
 	-- scope (the purge keeps that number up to date incrementally, which
 	-- can undercount claims that committed long after they started).
 	PERFORM inbox.forget_counters(NULL);
-	UPDATE inbox.scopes AS s SET retained =
-		(SELECT pg_catalog.count(*) FROM inbox.entries AS e
-		  WHERE e.scope OPERATOR(pg_catalog.=) s.scope);
+	UPDATE inbox.scopes AS s SET retained = inbox.scope_size(s.scope);
 END
 $$;
 COMMENT ON FUNCTION inbox.inbox_grant(text, regrole) IS
@@ -1340,7 +1396,8 @@ COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[
 'store a batch of binary messages as pending: one row per id';
 
 REVOKE ALL ON FUNCTION inbox.receipt_bucket(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.refuse_distributed(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, uuid, interval) FROM PUBLIC;

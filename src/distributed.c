@@ -25,18 +25,16 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "catalog/pg_namespace.h"
-#include "fmgr.h"
-#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/rel.h"
 
 #include "distributed.h"
 #include "inbox.h"
-
-PG_FUNCTION_INFO_V1(inbox_refuse_distributed);
 
 /* What cannot run on a distributed inbox.entries, and why: one entry each */
 typedef struct Refusal
@@ -60,18 +58,6 @@ static const Refusal refusals[] = {
 		"where this session's timeout does not apply: the claim would wait without bound.",
 		"Set inbox.claim_timeout to 0 for claims on a distributed inbox; a claim then waits for the "
 		"concurrent one to commit or roll back."
-	},
-	[INBOX_REFUSE_PURGE] = {
-		"purge entries (inbox_purge, the purge worker)",
-		"The purge lists scopes with a skip scan and deletes batches by row address; Citus can run neither on a "
-		"distributed table.",
-		"Entries are kept until retention on a distributed inbox is supported; docs/scale-out.md says how to "
-		"size for that."
-	},
-	[INBOX_REFUSE_STATS] = {
-		"report statistics (inbox_stats, inbox_stats_reset)",
-		"They join per-scope state kept on the coordinator with aggregates over every shard, which Citus cannot plan.",
-		"Count a scope's entries, backlog and dead letters in inbox.entries directly, with a filter on scope."
 	},
 	[INBOX_REFUSE_FORGET] = {
 		"forget entries (inbox_forget, inbox_forget_range)",
@@ -156,21 +142,35 @@ inbox_refuse_if_distributed(InboxRefusal which)
 }
 
 /*
- * inbox.refuse_distributed(what text): the same refusal, for the SQL
- * functions.  what is the name of an entry of refusals, as SQL spells it.
+ * True on a Citus worker whose inbox.entries is a distributed table: a
+ * node other than the coordinator (its group, in Citus's
+ * pg_dist_local_group, is not 0).
  */
-Datum
-inbox_refuse_distributed(PG_FUNCTION_ARGS)
+bool
+inbox_citus_worker_node(void)
 {
-	char	   *what = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Oid			local_group;
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		worker = false;
 
-	if (strcmp(what, "stats") == 0)
-		inbox_refuse_if_distributed(INBOX_REFUSE_STATS);
-	else if (strcmp(what, "purge") == 0)
-		inbox_refuse_if_distributed(INBOX_REFUSE_PURGE);
-	else if (strcmp(what, "forget") == 0)
-		inbox_refuse_if_distributed(INBOX_REFUSE_FORGET);
-	else
-		elog(ERROR, "unknown refusal \"%s\"", what);
-	PG_RETURN_VOID();
+	if (!inbox_entries_distributed())
+		return false;
+	local_group = get_relname_relid("pg_dist_local_group", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(local_group))
+		return false;
+	rel = table_open(local_group, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		group = heap_getattr(tuple, 1, RelationGetDescr(rel), &isnull);
+
+		worker = !isnull && DatumGetInt32(group) != 0;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return worker;
 }

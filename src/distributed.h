@@ -15,12 +15,11 @@ typedef enum InboxRefusal
 {
 	INBOX_REFUSE_SESSION_TAKE,
 	INBOX_REFUSE_CLAIM_TIMEOUT,
-	INBOX_REFUSE_PURGE,
-	INBOX_REFUSE_STATS,
 	INBOX_REFUSE_FORGET
 } InboxRefusal;
 
 extern bool inbox_entries_distributed(void);
 extern void inbox_refuse_if_distributed(InboxRefusal which);
+extern bool inbox_citus_worker_node(void);
 
 #endif							/* INBOX_DISTRIBUTED_H */

@@ -331,14 +331,15 @@ extension_ready(void)
 		 strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0);
 	if (version == NULL)
 		inbox_stats_forget(MyDatabaseId, NULL);
-	else if (ready && inbox_entries_distributed())
+	else if (ready && inbox_citus_worker_node())
 	{
 		/*
-		 * Quietly: the launcher comes back every naptime, on every node,
-		 * and inbox_purge() says why to whoever calls it.
+		 * The coordinator purges the shards, with the retention clocks it
+		 * keeps in its inbox.scopes; a worker's copy of that table is
+		 * empty.  Quietly: the launcher comes back every naptime.
 		 */
 		ereport(DEBUG1,
-				(errmsg("inbox purge skips database \"%s\": inbox.entries is distributed by Citus",
+				(errmsg("inbox purge skips database \"%s\" on this Citus worker: the coordinator purges",
 						get_database_name(MyDatabaseId))));
 		ready = false;
 	}

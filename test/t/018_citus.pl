@@ -17,8 +17,14 @@
 #     a message polled under a running lease is not handed out again, and
 #     one failed max_attempts times is a dead letter;
 #   - refused with 0A000 and their reason: session-bound takes (inbox_take,
-#     inbox_poll without a lease), inbox.claim_timeout, inbox_purge,
-#     inbox_stats, inbox_stats_reset and inbox_forget;
+#     inbox_poll without a lease), inbox.claim_timeout and inbox_forget;
+#   - retention: inbox_purge() deletes the done entries past the retention
+#     and keeps those inside it and the open messages, at most
+#     inbox.purge_batch_size rows a call, and a purged id claims again; the
+#     purge worker, which runs on the coordinator only, purges the shards
+#     by itself, and no node logs a purge warning;
+#   - inbox_stats_reset recounts a scope's entries on the shards, and
+#     inbox_stats reports them with the backlog and the dead letters;
 #   - DROP EXTENSION is still guarded (2BP01) while entries exist;
 #   - an application role may claim alone; a claim and its effect in one
 #     transaction give Citus's 25001 (different users on one placement),
@@ -34,6 +40,7 @@ use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use InboxTest;
 use Test::More;
+use PostgreSQL::Test::Utils qw(slurp_file);
 
 my $coord = InboxTest->new('coordinator');
 plan skip_all => 'Citus is not installed for this PostgreSQL'
@@ -158,9 +165,6 @@ my %refused = (
 	'inbox_take' => q{SELECT * FROM inbox_take('jobs', 1)},
 	'inbox_poll without a lease' => q{SELECT * FROM inbox_poll('jobs', 1, NULL)},
 	'inbox.claim_timeout' => q{SET inbox.claim_timeout = 100; SELECT inbox_claim('billing', 'c1')},
-	'inbox_purge' => q{SELECT inbox_purge()},
-	'inbox_stats' => q{SELECT * FROM inbox_stats},
-	'inbox_stats_reset' => q{SELECT inbox_stats_reset()},
 	'inbox_forget' => q{SELECT inbox_forget('billing', 'm1', 'test')},);
 for my $api (sort keys %refused)
 {
@@ -170,6 +174,66 @@ for my $api (sort keys %refused)
 }
 is($coord->sql(q{SELECT count(*) FROM inbox.entries WHERE message_id = 'c1'}),
 	'0', 'the refused claim wrote nothing');
+
+# --- retention -----------------------------------------------------------------------------
+
+is( $coord->sql(q{
+		SET inbox.idle_threshold = '365d';
+		SELECT count(inbox_claim('ret', 'past-' || g)) FROM generate_series(1, 3) g;
+		SELECT count(inbox_claim('ret', 'inside-' || g)) FROM generate_series(1, 3) g;
+		SELECT count(*) FROM inbox_receive('ret', 'open-1', '{}'::jsonb);
+		UPDATE inbox.entries SET received_at = now() - interval '7 days 1 minute'
+		 WHERE scope = 'ret' AND message_id LIKE 'past-%';
+		UPDATE inbox.entries SET received_at = now() - interval '6 days 23 hours 59 minutes'
+		 WHERE scope = 'ret' AND message_id LIKE 'inside-%';
+		UPDATE inbox.entries SET received_at = now() - interval '30 days'
+		 WHERE scope = 'ret' AND message_id = 'open-1';
+		SELECT inbox_purge();
+		SELECT string_agg(message_id, ' ' ORDER BY message_id) FROM inbox.entries WHERE scope = 'ret';
+		SELECT inbox_claim('ret', 'past-1');}),
+	"3
+3
+1
+3
+inside-1 inside-2 inside-3 open-1
+t",
+	'inbox_purge deletes what is past the retention, keeps the rest and open messages; a purged id claims again');
+is( $coord->sql(q{
+		SET inbox.idle_threshold = '365d';
+		SET inbox.purge_batch_size = 2;
+		SELECT count(inbox_claim('bat', 'b-' || g)) FROM generate_series(1, 5) g;
+		UPDATE inbox.entries SET received_at = now() - interval '8 days' WHERE scope = 'bat';
+		SELECT inbox_purge() <= 2;
+		SELECT count(*) >= 3 FROM inbox.entries WHERE scope = 'bat';}),
+	"5
+t
+t", 'inbox_purge deletes at most inbox.purge_batch_size rows a call');
+
+# The worker: retention 1 hour for scope 'auto', whose entries are 2 hours old
+$coord->sql(q{SELECT count(inbox_claim('auto', 'a-' || g)) FROM generate_series(1, 4) g;
+			  UPDATE inbox.entries SET received_at = now() - interval '2 hours' WHERE scope = 'auto';
+			  SELECT inbox_set_retention('auto', '1 hour');});
+for my $node (@nodes)
+{
+	$node->append_conf('postgresql.conf', "inbox.purge_naptime = '1s'\ninbox.idle_threshold = '365d'\n");
+	$node->reload;
+}
+ok( $coord->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM inbox.entries WHERE scope = 'auto'}),
+	'the purge worker purges the shards');
+for my $node (@nodes)
+{
+	unlike(slurp_file($node->logfile), qr/inbox purge stopped early/,
+		$node->name . ' logged no purge warning');
+}
+
+# --- statistics -----------------------------------------------------------------------------
+
+$coord->sql(q{SELECT inbox_stats_reset()});
+is( $coord->sql(q{
+		SELECT entries_retained || ' ' || dead || ' ' || pending || ' ' || (oldest_entry IS NOT NULL)
+		  FROM inbox_stats WHERE scope = 'jobs'}),
+	'2 1 0 true', 'inbox_stats_reset recounts, and inbox_stats reads the shards: retained, dead, pending');
 
 like(fails($coord, q{DROP EXTENSION inbox}), qr/2BP01/,
 	'DROP EXTENSION is guarded while entries exist');
