@@ -59,12 +59,6 @@ static const Refusal refusals[] = {
 		"Set inbox.claim_timeout to 0 for claims on a distributed inbox; a claim then waits for the "
 		"concurrent one to commit or roll back."
 	},
-	[INBOX_REFUSE_FORGET] = {
-		"forget entries (inbox_forget, inbox_forget_range)",
-		"A forget deletes entries and writes their audit record in one statement, which Citus cannot run "
-		"on a distributed table.",
-		NULL
-	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */

@@ -14,8 +14,7 @@
 typedef enum InboxRefusal
 {
 	INBOX_REFUSE_SESSION_TAKE,
-	INBOX_REFUSE_CLAIM_TIMEOUT,
-	INBOX_REFUSE_FORGET
+	INBOX_REFUSE_CLAIM_TIMEOUT
 } InboxRefusal;
 
 extern bool inbox_entries_distributed(void);

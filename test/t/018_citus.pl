@@ -17,7 +17,9 @@
 #     a message polled under a running lease is not handed out again, and
 #     one failed max_attempts times is a dead letter;
 #   - refused with 0A000 and their reason: session-bound takes (inbox_take,
-#     inbox_poll without a lease), inbox.claim_timeout and inbox_forget;
+#     inbox_poll without a lease) and inbox.claim_timeout;
+#   - inbox_forget and inbox_forget_range remove done entries and audit
+#     each, with the entry as it was; a forgotten id claims again;
 #   - retention: inbox_purge() deletes the done entries past the retention
 #     and keeps those inside it and the open messages, at most
 #     inbox.purge_batch_size rows a call, and a purged id claims again; the
@@ -165,7 +167,7 @@ my %refused = (
 	'inbox_take' => q{SELECT * FROM inbox_take('jobs', 1)},
 	'inbox_poll without a lease' => q{SELECT * FROM inbox_poll('jobs', 1, NULL)},
 	'inbox.claim_timeout' => q{SET inbox.claim_timeout = 100; SELECT inbox_claim('billing', 'c1')},
-	'inbox_forget' => q{SELECT inbox_forget('billing', 'm1', 'test')},);
+);
 for my $api (sort keys %refused)
 {
 	like(fails($coord, $refused{$api}),
@@ -226,6 +228,21 @@ for my $node (@nodes)
 	unlike(slurp_file($node->logfile), qr/inbox purge stopped early/,
 		$node->name . ' logged no purge warning');
 }
+
+# --- forget ----------------------------------------------------------------------------------
+
+is( $coord->sql(q{
+		SELECT inbox_forget('billing', 'b1', 'replay b1');
+		SELECT inbox_forget_range('ret', '-infinity', 'infinity', 'replay ret');
+		SELECT string_agg(coalesce(message_id, '-') || ':' || coalesce(entry->>'message_id', '-'), ' '
+						  ORDER BY message_id)
+		  FROM inbox.forget_log;
+		SELECT inbox_claim('billing', 'b1');}),
+	"t
+4
+b1:b1 inside-1:inside-1 inside-2:inside-2 inside-3:inside-3 past-1:past-1
+t",
+	'inbox_forget and inbox_forget_range remove done entries, audit each with its entry; the id claims again');
 
 # --- statistics -----------------------------------------------------------------------------
 
