@@ -21,6 +21,12 @@ SELECT regress.try_rows($$SELECT * FROM inbox_claim_many('many', ARRAY['b-8', 'b
 SELECT * FROM inbox_claim_many('many', ARRAY['b-7', 'b-1', 'b-9', 'b-9', 'b-1'],
                                ARRAY['\x07', '\xff', '\x09', '\x0a', '\xff']::bytea[],
                                on_mismatch => 'return');
+-- A later copy is checked against what the entry holds, not against the
+-- first copy: after a copy that mismatches b-1's stored hash (\x01), a copy
+-- with \x01 is a duplicate, and one without a hash too.
+SELECT * FROM inbox_claim_many('many', ARRAY['b-1', 'b-1', 'b-1'],
+                               ARRAY['\xfe', '\x01', NULL]::bytea[],
+                               on_mismatch => 'return');
 
 -- One statement: the business rows of exactly the claimed ids.
 CREATE TABLE batch_orders (message_id text PRIMARY KEY);

@@ -766,6 +766,7 @@ typedef struct BatchItem
 	Datum		payload;		/* receives only */
 	int			first;			/* index of its first copy in the batch */
 	const char *status;
+	bytea	   *stored_hash;	/* first copies: the hash the entry now has */
 } BatchItem;
 
 static SPIPlanPtr insert_many_plan = NULL;
@@ -917,6 +918,7 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 						 values, nulls, batch->scope, item->message_id))
 		{
 			item->status = batch->done;
+			item->stored_hash = item->payload_hash;
 			inbox_stats_count(batch->scope, INBOX_COUNT_CLAIM);
 			inserted++;
 		}
@@ -994,6 +996,7 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 			if (item == NULL)
 				elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
 			item->status = batch->done;
+			item->stored_hash = item->payload_hash;
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 		}
 		inserted = SPI_processed;
@@ -1021,6 +1024,12 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		where = psprintf("First received at %s",
 						 timestamptz_to_str(DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 2, &isnull))));
 		batch_duplicate(scope, item, raise, stored, where);
+		/* Kept past SPI_finish, for the later copies of the id */
+		if (stored != NULL)
+		{
+			item->stored_hash = SPI_palloc(VARSIZE_ANY(stored));
+			memcpy(item->stored_hash, stored, VARSIZE_ANY(stored));
+		}
 	}
 	for (i = 0; i < npending; i++)
 	{
@@ -1280,16 +1289,15 @@ claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 		Datum		values[3];
 		bool		nulls[3] = {false, false, false};
 
-		/* A copy of a mismatch mismatches too, unless it differs from it */
-		if (first != item && strcmp(first->status, "mismatch") == 0 &&
-			(item->payload_hash == NULL || first->payload_hash == NULL ||
-			 hashes_equal(item->payload_hash, first->payload_hash)))
-		{
-			inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
-			item->status = "mismatch";
-		}
-		else if (first != item)
-			batch_duplicate(scope, item, raise, first->payload_hash,
+		/*
+		 * A later copy is checked against what the entry holds now: the
+		 * first copy's content if that copy was written, else the stored
+		 * entry's, so that a copy matching the entry is a duplicate even
+		 * when the first copy mismatched.  (Only with on_mismatch =>
+		 * 'return': otherwise copies that differ raised above.)
+		 */
+		if (first != item)
+			batch_duplicate(scope, item, raise, first->stored_hash,
 							psprintf("message_ids[%d] of the same batch has it", first->position));
 		values[0] = Int32GetDatum(item->position);
 		values[1] = PointerGetDatum(item->message_id);
