@@ -35,6 +35,19 @@ SELECT c.message_id FROM inbox_claim_many('many', ARRAY['b-10', 'b-1', 'b-11']) 
  WHERE c.status = 'claimed';
 SELECT * FROM batch_orders ORDER BY 1;
 DROP TABLE batch_orders;
+-- The README's batch consumer joins payloads by position: an id twice in
+-- the batch gets one business row (a join on the id would give two).
+CREATE TABLE batch_invoices (message_id text, amount numeric);
+INSERT INTO batch_invoices (message_id, amount)
+SELECT c.message_id, (m.payload->>'amount')::numeric
+  FROM inbox_claim_many('many', ARRAY['b-12', 'b-12', 'b-13'], NULL) AS c
+  JOIN unnest(ARRAY['b-12', 'b-12', 'b-13'],
+              ARRAY['{"amount": 5}', '{"amount": 5}', '{"amount": 7}']::jsonb[])
+       WITH ORDINALITY AS m(id, payload, ord)
+    ON m.ord = c.ordinality
+ WHERE c.status = 'claimed';
+SELECT * FROM batch_invoices ORDER BY 1;
+DROP TABLE batch_invoices;
 
 -- The counters saw every decision.
 SELECT claims, duplicates, mismatches FROM inbox_stats WHERE scope = 'many';
