@@ -27,7 +27,8 @@ OBJS = \
 	src/worker.o \
 	src/stats.o \
 	src/admin.o \
-	src/guard.o
+	src/guard.o \
+	src/distributed.o
 
 # sql/inbox.sql is the one hand-written definition of the current version;
 # the build copies it to the versioned name CREATE EXTENSION looks for (git

@@ -21,6 +21,12 @@ SELECT regress.try_rows($$SELECT * FROM inbox_claim_many('many', ARRAY['b-8', 'b
 SELECT * FROM inbox_claim_many('many', ARRAY['b-7', 'b-1', 'b-9', 'b-9', 'b-1'],
                                ARRAY['\x07', '\xff', '\x09', '\x0a', '\xff']::bytea[],
                                on_mismatch => 'return');
+-- A later copy is checked against what the entry holds, not against the
+-- first copy: after a copy that mismatches b-1's stored hash (\x01), a copy
+-- with \x01 is a duplicate, and one without a hash too.
+SELECT * FROM inbox_claim_many('many', ARRAY['b-1', 'b-1', 'b-1'],
+                               ARRAY['\xfe', '\x01', NULL]::bytea[],
+                               on_mismatch => 'return');
 
 -- One statement: the business rows of exactly the claimed ids.
 CREATE TABLE batch_orders (message_id text PRIMARY KEY);
@@ -29,6 +35,19 @@ SELECT c.message_id FROM inbox_claim_many('many', ARRAY['b-10', 'b-1', 'b-11']) 
  WHERE c.status = 'claimed';
 SELECT * FROM batch_orders ORDER BY 1;
 DROP TABLE batch_orders;
+-- The README's batch consumer joins payloads by position: an id twice in
+-- the batch gets one business row (a join on the id would give two).
+CREATE TABLE batch_invoices (message_id text, amount numeric);
+INSERT INTO batch_invoices (message_id, amount)
+SELECT c.message_id, (m.payload->>'amount')::numeric
+  FROM inbox_claim_many('many', ARRAY['b-12', 'b-12', 'b-13'], NULL) AS c
+  JOIN unnest(ARRAY['b-12', 'b-12', 'b-13'],
+              ARRAY['{"amount": 5}', '{"amount": 5}', '{"amount": 7}']::jsonb[])
+       WITH ORDINALITY AS m(id, payload, ord)
+    ON m.ord = c.ordinality
+ WHERE c.status = 'claimed';
+SELECT * FROM batch_invoices ORDER BY 1;
+DROP TABLE batch_invoices;
 
 -- The counters saw every decision.
 SELECT claims, duplicates, mismatches FROM inbox_stats WHERE scope = 'many';

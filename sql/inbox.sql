@@ -568,6 +568,46 @@ BEGIN
 END
 $$;
 
+/*
+ * inbox.purge_scope(leaf, scope, cutoff, limit): purge_leaf for one scope,
+ * on a distributed inbox.entries (src/purge.c).  Citus runs neither a
+ * DELETE by row address nor a join of the local inbox.scopes to a shard,
+ * so the scope's clock row is locked first, on its own, and the batch is
+ * one DELETE whose subquery reads the same shard: Citus sends the whole
+ * statement to the worker that holds it.
+ */
+CREATE FUNCTION inbox.purge_scope(p_leaf regclass, p_scope text, p_cutoff timestamptz,
+								  p_limit integer)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	PERFORM FROM inbox.scopes AS sc
+	  WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	  FOR UPDATE SKIP LOCKED;
+	IF NOT FOUND THEN
+		RETURN 0;				-- another purger has the scope
+	END IF;
+	EXECUTE format(
+		'DELETE FROM %1$s AS e'
+		' WHERE e.scope OPERATOR(pg_catalog.=) $1'
+		'   AND e.message_id IN ('
+		'       SELECT v.message_id FROM %1$s AS v'
+		'        WHERE v.scope OPERATOR(pg_catalog.=) $1'
+		'          AND v.received_at OPERATOR(pg_catalog.<) $2'
+		'          AND v.state OPERATOR(pg_catalog.=) ''d''::"char"'
+		'        ORDER BY v.received_at LIMIT $3)', p_leaf)
+		USING p_scope, p_cutoff, p_limit;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	UPDATE inbox.scopes AS sc SET retained = greatest(sc.retained - n, 0)
+	 WHERE sc.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C";
+	RETURN n;
+END
+$$;
+
 /* ------------------------------------------------------------------------
  * Internal functions of the deferred mode
  * ------------------------------------------------------------------------ */
@@ -766,25 +806,31 @@ AS $$
 DECLARE
 	new_state "char";
 	allowed integer;
+	-- The times are computed before the UPDATE, and passed to it as
+	-- values: Citus refuses a volatile function, and a stable one inside a
+	-- CASE, in an UPDATE of a distributed table (docs/scale-out.md).
+	finished timestamptz := pg_catalog.now();
+	retry_at timestamptz;
+	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
 BEGIN
 	IF p_retry_after < interval '0' THEN
 		RAISE EXCEPTION 'retry_after must not be negative'
 			USING ERRCODE = '22023';
 	END IF;
 	allowed := inbox.max_attempts(p_scope);
+	retry_at := pg_catalog.clock_timestamp() + coalesce(p_retry_after, interval '0');
 	-- Two statements, so that each finds its row by an index of one leaf
 	-- whatever plan_cache_mode says
 	IF p_receipt IS NULL THEN
 		UPDATE inbox.entries AS e
 		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
-			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
-						  THEN NULL ELSE clock_timestamp() + coalesce(p_retry_after, interval '0') END,
-			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN now() END,
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
 			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
 		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-		   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		   AND e.state = 'r' AND e.owner_session = me
 		RETURNING e.state INTO new_state;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
@@ -792,9 +838,8 @@ BEGIN
 	ELSE
 		UPDATE inbox.entries AS e
 		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
-			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed
-						  THEN NULL ELSE clock_timestamp() + coalesce(p_retry_after, interval '0') END,
-			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN now() END,
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
 			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
@@ -820,30 +865,33 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	until timestamptz;
+	-- Values, not functions, in the UPDATEs: see inbox.fail_message
+	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
+	lease_end timestamptz;
 BEGIN
 	IF p_lease IS NULL OR p_lease <= interval '0' THEN
 		RAISE EXCEPTION 'lease must be positive'
 			USING ERRCODE = '22023';
 	END IF;
+	lease_end := pg_catalog.clock_timestamp() + p_lease;
 	-- A message polled under a lease is due when its lease runs out; one
 	-- bound to its session stays due from its take (src/deferred.c).
 	IF p_receipt IS NULL THEN
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease,
-			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due
-						  ELSE clock_timestamp() + p_lease END
+		   SET lease_until = lease_end,
+			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
 		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-		   AND e.state = 'r' AND e.owner_session = inbox.session_key()
+		   AND e.state = 'r' AND e.owner_session = me
 		RETURNING e.lease_until INTO until;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
 		END IF;
 	ELSE
 		UPDATE inbox.entries AS e
-		   SET lease_until = clock_timestamp() + p_lease,
-			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE clock_timestamp() + p_lease END
+		   SET lease_until = lease_end,
+			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE lease_end END
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'
@@ -1272,9 +1320,7 @@ BEGIN
 	-- scope (the purge keeps that number up to date incrementally, which
 	-- can undercount claims that committed long after they started).
 	PERFORM inbox.forget_counters(NULL);
-	UPDATE inbox.scopes AS s SET retained =
-		(SELECT pg_catalog.count(*) FROM inbox.entries AS e
-		  WHERE e.scope OPERATOR(pg_catalog.=) s.scope);
+	UPDATE inbox.scopes AS s SET retained = inbox.scope_size(s.scope);
 END
 $$;
 
@@ -1291,6 +1337,39 @@ COMMENT ON FUNCTION @extschema@.inbox_stats_reset() IS
  * a cheap function of the caller's WHERE clause on rows of other scopes
  * before the filter, and the function could print them.
  * ------------------------------------------------------------------------ */
+
+/*
+ * A scope's oldest and newest entry (two probes of its index), and its
+ * number of entries.  Functions rather than subqueries of inbox.scope_state
+ * and inbox_stats_reset, and PL/pgSQL rather than SQL: on Citus each is
+ * then a query on the scope's shard, which Citus runs, where a correlated
+ * aggregate over a distributed table joined to a local one is refused
+ * (docs/scale-out.md).
+ */
+CREATE FUNCTION inbox.scope_span(p_scope text, OUT oldest timestamptz, OUT latest timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	SELECT min(e.received_at), max(e.received_at) INTO oldest, latest
+	  FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
+END
+$$;
+
+CREATE FUNCTION inbox.scope_size(p_scope text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	SELECT count(*) INTO n FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
+	RETURN n;
+END
+$$;
 
 /*
  * inbox_stats: one row per scope known to the counters, to the purge or to
@@ -1317,9 +1396,7 @@ AS $$
 	  FROM inbox.scopes AS sc
 	 CROSS JOIN inbox.settings() AS cfg
 	 CROSS JOIN LATERAL (SELECT coalesce(sc.retention, cfg.retention) AS retention) AS r
-	 CROSS JOIN LATERAL (SELECT min(e.received_at) AS oldest, max(e.received_at) AS latest
-						   FROM inbox.entries AS e
-						  WHERE e.scope OPERATOR(pg_catalog.=) sc.scope) AS x
+	 CROSS JOIN LATERAL inbox.scope_span(sc.scope) AS x
 	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
 											 sc.pauses, r.retention, cfg.idle_threshold)
 								AS cutoff) AS c
@@ -1799,6 +1876,8 @@ COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[
 'store a batch of binary messages as pending: one row per id';
 
 REVOKE ALL ON FUNCTION inbox.receipt_bucket(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, uuid, interval) FROM PUBLIC;
@@ -1833,6 +1912,7 @@ REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.observe(text, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_scope(regclass, text, timestamptz, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;

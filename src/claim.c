@@ -59,6 +59,7 @@
 
 #include "claim.h"
 #include "compat.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
 #include "stats.h"
@@ -364,6 +365,9 @@ inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 
 	if (claim_timeout <= 0)
 		return SPI_execute_plan(plan, values, nulls, false, 0);
+	/* The wait happens on a worker, out of this timeout's reach */
+	if (strcmp(kind, "stream") != 0)
+		inbox_refuse_if_distributed(INBOX_REFUSE_CLAIM_TIMEOUT);
 
 	nestlevel = NewGUCNestLevel();
 	snprintf(timeout, sizeof(timeout), "%d", claim_timeout);
@@ -750,6 +754,7 @@ typedef struct Batch
 	bool		raise;			/* on_mismatch = 'raise' */
 	Datum		not_before;		/* receives only; 0 if none */
 	const char *done;			/* the status of an id written: claimed, received */
+	SPIPlanPtr	insert;			/* its INSERT's plan; NULL: one per id */
 } Batch;
 
 /* One id of the batch, as given */
@@ -761,6 +766,7 @@ typedef struct BatchItem
 	Datum		payload;		/* receives only */
 	int			first;			/* index of its first copy in the batch */
 	const char *status;
+	bytea	   *stored_hash;	/* first copies: the hash the entry now has */
 } BatchItem;
 
 static SPIPlanPtr insert_many_plan = NULL;
@@ -877,6 +883,50 @@ batch_duplicate(text *scope, BatchItem *item, bool raise, bytea *stored,
 }
 
 /*
+ * A batch's INSERT as one single claim (or receive) per id, in pending's
+ * order, for a distributed inbox.entries (see claim_many).  Returns how
+ * many were written.
+ */
+static uint64
+insert_each(Batch *batch, BatchItem **pending, int npending)
+{
+	bool		receive = batch->kind != BATCH_CLAIM;
+	uint64		inserted = 0;
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		BatchItem  *item = pending[i];
+		KeyPlans	kp = {false, inbox_bucket(batch->scope, item->message_id)};
+		Datum		values[6];
+		char		nulls[6] = {' ', ' ', ' ', 'n', 'n', 'n'};
+
+		values[0] = PointerGetDatum(batch->scope);
+		values[1] = PointerGetDatum(item->message_id);
+		values[2] = PointerGetDatum(item->payload_hash);
+		nulls[2] = item->payload_hash != NULL ? ' ' : 'n';
+		if (receive)
+		{
+			int			col = batch->kind == BATCH_RECEIVE_JSON ? 3 : 4;
+
+			values[col] = item->payload;
+			nulls[col] = ' ';
+			values[5] = batch->not_before;
+			nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+		}
+		if (insert_entry(key_plan(&kp, receive ? LEAF_RECEIVE : LEAF_INSERT),
+						 values, nulls, batch->scope, item->message_id))
+		{
+			item->status = batch->done;
+			item->stored_hash = item->payload_hash;
+			inbox_stats_count(batch->scope, INBOX_COUNT_CLAIM);
+			inserted++;
+		}
+	}
+	return inserted;
+}
+
+/*
  * Claim the first copies in pending (sorted by id) that have no status yet:
  * insert them, then read the entries of those not inserted.  Returns how
  * many are left without a status (their entry was deleted between the two
@@ -896,10 +946,11 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 	int			lbs[1] = {1};
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
-	SPIPlanPtr	plan = insert_many_plan;
+	SPIPlanPtr	plan = batch->insert;
 	int			rc;
 	int			i;
 	int			left = 0;
+	uint64		inserted;
 	uint64		r;
 
 	for (i = 0; i < npending; i++)
@@ -925,26 +976,32 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 													-1, false, TYPALIGN_INT));
 		values[5] = batch->not_before;
 		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
-		plan = receive_many_plans[is_jsonb ? 0 : 1];
 	}
 
-	/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
-	rc = inbox_execute_bounded(plan, values, nulls, scope, NULL, "message");
-	if (rc != SPI_OK_INSERT_RETURNING)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	for (r = 0; r < SPI_processed; r++)
+	if (plan == NULL)
+		inserted = insert_each(batch, pending, npending);
+	else
 	{
-		bool		isnull;
-		text	   *id = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
-													  SPI_tuptable->tupdesc, 1, &isnull));
-		BatchItem  *item = find_item(pending, npending, id);
+		/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
+		rc = inbox_execute_bounded(plan, values, nulls, scope, NULL, "message");
+		if (rc != SPI_OK_INSERT_RETURNING)
+			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+		for (r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			text	   *id = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+			BatchItem  *item = find_item(pending, npending, id);
 
-		if (item == NULL)
-			elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
-		item->status = batch->done;
-		inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+			if (item == NULL)
+				elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
+			item->status = batch->done;
+			item->stored_hash = item->payload_hash;
+			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+		}
+		inserted = SPI_processed;
 	}
-	if (SPI_processed == (uint64) npending)
+	if (inserted == (uint64) npending)
 		return 0;
 
 	/* The others conflicted: read what is there */
@@ -967,6 +1024,12 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		where = psprintf("First received at %s",
 						 timestamptz_to_str(DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 2, &isnull))));
 		batch_duplicate(scope, item, raise, stored, where);
+		/* Kept past SPI_finish, for the later copies of the id */
+		if (stored != NULL)
+		{
+			item->stored_hash = SPI_palloc(VARSIZE_ANY(stored));
+			memcpy(item->stored_hash, stored, VARSIZE_ANY(stored));
+		}
 	}
 	for (i = 0; i < npending; i++)
 	{
@@ -1182,6 +1245,17 @@ claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 		 */
 		insert_many_plan = inbox_keep_plan(insert_many_sql, 4, types, CURSOR_OPT_GENERIC_PLAN);
 	}
+
+	/*
+	 * Citus runs an INSERT ... SELECT into a distributed table through the
+	 * coordinator, and its RETURNING rows then disagree with the count SPI
+	 * checks them against.  So there, each id gets the single claim's (or
+	 * receive's) INSERT, in the same order: the same arbitration per id.
+	 */
+	if (inbox_entries_distributed())
+		batch.insert = NULL;
+	else
+		batch.insert = receive ? receive_many_plans[is_jsonb ? 0 : 1] : insert_many_plan;
 	if (lookup_many_plan == NULL)
 	{
 		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
@@ -1215,16 +1289,15 @@ claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 		Datum		values[3];
 		bool		nulls[3] = {false, false, false};
 
-		/* A copy of a mismatch mismatches too, unless it differs from it */
-		if (first != item && strcmp(first->status, "mismatch") == 0 &&
-			(item->payload_hash == NULL || first->payload_hash == NULL ||
-			 hashes_equal(item->payload_hash, first->payload_hash)))
-		{
-			inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
-			item->status = "mismatch";
-		}
-		else if (first != item)
-			batch_duplicate(scope, item, raise, first->payload_hash,
+		/*
+		 * A later copy is checked against what the entry holds now: the
+		 * first copy's content if that copy was written, else the stored
+		 * entry's, so that a copy matching the entry is a duplicate even
+		 * when the first copy mismatched.  (Only with on_mismatch =>
+		 * 'return': otherwise copies that differ raised above.)
+		 */
+		if (first != item)
+			batch_duplicate(scope, item, raise, first->stored_hash,
 							psprintf("message_ids[%d] of the same batch has it", first->position));
 		values[0] = Int32GetDatum(item->position);
 		values[1] = PointerGetDatum(item->message_id);

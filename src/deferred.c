@@ -65,6 +65,7 @@
 #include "claim.h"
 #include "compat.h"
 #include "deferred.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
 #include "session.h"
@@ -446,6 +447,10 @@ take(FunctionCallInfo fcinfo, bool poll)
 	call.receipts = poll;
 	call.allowed = 0;
 	call.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	/* Liveness is node-local: a receipt's lease is not (distributed.c) */
+	if (!poll || call.lease == NULL)
+		inbox_refuse_if_distributed(INBOX_REFUSE_SESSION_TAKE);
 
 	if (poll)
 	{

@@ -35,6 +35,7 @@
 #include "utils/timestamp.h"
 
 #include "access.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
 
@@ -79,9 +80,42 @@ static const char *const audit_nothing_sql =
 "                              role_name, session_role, backend_pid, application_name, client_addr) "
 "VALUES ($1, $2, $3, $4, $5, NULL, $6, " AUDIT_WHO ")";
 
-static const char *const scope_known_sql =
-"SELECT EXISTS (SELECT FROM inbox.entries WHERE scope OPERATOR(pg_catalog.=) $1) "
-"    OR EXISTS (SELECT FROM inbox.scopes WHERE scope OPERATOR(pg_catalog.=) $1)";
+/*
+ * Two statements, each with a target list: Citus plans neither a query
+ * that mixes a distributed inbox.entries with the local inbox.scopes, nor
+ * an empty target list.
+ */
+static const char *const scope_known_sql[2] = {
+	"SELECT EXISTS (SELECT 1 FROM inbox.entries WHERE scope OPERATOR(pg_catalog.=) $1)",
+	"SELECT EXISTS (SELECT 1 FROM inbox.scopes WHERE scope OPERATOR(pg_catalog.=) $1)"
+};
+
+/*
+ * On a distributed inbox.entries the forget's DELETE and its audit rows are
+ * two statements: Citus runs neither a function in the RETURNING list of a
+ * distributed DELETE nor a CTE that writes a shard and a local table.  The
+ * DELETEs return each entry whole, and the audit turns it into jsonb.
+ */
+static const char *const forget_one_distributed_sql =
+"DELETE FROM inbox.entries AS e"
+" WHERE e.scope OPERATOR(pg_catalog.=) $1"
+"   AND e.message_id OPERATOR(pg_catalog.=) $2"
+"   AND e.bucket OPERATOR(pg_catalog.=) $3"
+"   AND e.state OPERATOR(pg_catalog.=) 'd'::\"char\""
+" RETURNING e.message_id, e";
+
+static const char *const forget_range_distributed_sql =
+"DELETE FROM inbox.entries AS e"
+" WHERE e.scope OPERATOR(pg_catalog.=) $1"
+"   AND e.received_at OPERATOR(pg_catalog.>=) $2"
+"   AND e.received_at OPERATOR(pg_catalog.<) $3"
+"   AND e.state OPERATOR(pg_catalog.=) 'd'::\"char\""
+" RETURNING e.message_id, e";
+
+static const char *const audit_entry_sql =
+"INSERT INTO inbox.forget_log (scope, message_id, received_from, received_before, reason, entry, "
+"                              role_name, session_role, backend_pid, application_name, client_addr) "
+"VALUES ($1, $2, $3, $4, $5, pg_catalog.to_jsonb($6), $7, " AUDIT_WHO ")";
 
 static const char *const state_sql =
 "SELECT state FROM inbox.entries "
@@ -130,9 +164,15 @@ check_scope_known(text *scope)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {PointerGetDatum(scope)};
 	bool		isnull;
+	bool		known = false;
+	int			i;
 
-	run(scope_known_sql, 1, types, values, NULL, SPI_OK_SELECT);
-	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	for (i = 0; i < 2 && !known; i++)
+	{
+		run(scope_known_sql[i], 1, types, values, NULL, SPI_OK_SELECT);
+		known = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	if (!known)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("inbox scope \"%s\" does not exist", inbox_quote(scope)),
@@ -168,6 +208,45 @@ audit_nothing(text *scope, text *message_id, Datum from, Datum before, bool rang
 }
 
 /*
+ * The forget on a distributed inbox.entries: run delete_sql (the arguments
+ * of the single-node statement but the last two), then write an audit row
+ * for each entry it returned.  from and before are 0 for a single id.
+ * Returns how many entries were removed.
+ */
+static uint64
+forget_distributed(const char *delete_sql, Oid *types, Datum *values, text *scope,
+				   Datum from, Datum before, bool range, text *reason)
+{
+	Oid			audit_types[7] = {TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID,
+	get_rel_type_id(inbox_relid("entries")), TEXTOID};
+	SPITupleTable *gone;
+	uint64		n;
+	uint64		i;
+
+	run(delete_sql, 3, types, values, NULL, SPI_OK_DELETE_RETURNING);
+	gone = SPI_tuptable;
+	n = SPI_processed;
+	for (i = 0; i < n; i++)
+	{
+		Datum		audit[7];
+		char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+		bool		isnull;
+
+		audit[0] = PointerGetDatum(scope);
+		audit[1] = SPI_getbinval(gone->vals[i], gone->tupdesc, 1, &isnull);
+		audit[2] = from;
+		audit[3] = before;
+		if (!range)
+			nulls[2] = nulls[3] = 'n';
+		audit[4] = PointerGetDatum(reason);
+		audit[5] = SPI_getbinval(gone->vals[i], gone->tupdesc, 2, &isnull);
+		audit[6] = caller_name();
+		run(audit_entry_sql, 7, audit_types, audit, nulls, SPI_OK_INSERT);
+	}
+	return n;
+}
+
+/*
  * inbox_forget(scope text, message_id text, reason text) -> boolean
  *
  * True if a done entry was removed; false if there was none (an unknown
@@ -192,8 +271,14 @@ inbox_forget(PG_FUNCTION_ARGS)
 	values[2] = Int16GetDatum((int16) inbox_bucket(scope, message_id));
 	values[3] = PointerGetDatum(reason);
 	values[4] = caller_name();
-	run(forget_one_sql, 5, types, values, NULL, SPI_OK_INSERT);
-	forgotten = (SPI_processed == 1);
+	if (inbox_entries_distributed())
+		forgotten = forget_distributed(forget_one_distributed_sql, types, values, scope,
+									   (Datum) 0, (Datum) 0, false, reason) == 1;
+	else
+	{
+		run(forget_one_sql, 5, types, values, NULL, SPI_OK_INSERT);
+		forgotten = (SPI_processed == 1);
+	}
 
 	if (!forgotten)
 	{
@@ -265,8 +350,14 @@ inbox_forget_range(PG_FUNCTION_ARGS)
 	values[2] = TimestampTzGetDatum(before);
 	values[3] = PointerGetDatum(reason);
 	values[4] = caller_name();
-	run(forget_range_sql, 5, types, values, NULL, SPI_OK_INSERT);
-	forgotten = SPI_processed;
+	if (inbox_entries_distributed())
+		forgotten = forget_distributed(forget_range_distributed_sql, types, values, scope,
+									   values[1], values[2], true, reason);
+	else
+	{
+		run(forget_range_sql, 5, types, values, NULL, SPI_OK_INSERT);
+		forgotten = SPI_processed;
+	}
 	if (forgotten == 0)
 		audit_nothing(scope, NULL, values[1], values[2], true, reason);
 	SPI_finish();

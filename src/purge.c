@@ -53,6 +53,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "purge.h"
 #include "stats.h"
@@ -315,27 +316,13 @@ inbox_purge_set_lock_timeout(GucAction action)
 }
 
 /*
- * Step 1: observe every scope; return the PurgeTargets, allocated in cxt,
- * of the scopes that have a cutoff now.
+ * The rows (scope, cutoff) of the last SPI query, as PurgeTargets in cxt,
+ * appended to targets: the scopes that may be purged now.
  */
-List *
-inbox_purge_observe(MemoryContext cxt)
+static List *
+collect_targets(List *targets, MemoryContext cxt)
 {
-	Oid			types[2] = {INTERVALOID, INTERVALOID};
-	Datum		values[2];
-	List	   *targets = NIL;
 	uint64		i;
-
-	values[0] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.retention",
-																	 retention_string,
-																	 &retention)));
-	values[1] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.idle_threshold",
-																	 idle_threshold_string,
-																	 &idle_threshold)));
-	spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
-									"FROM inbox.scope_list() AS s",
-									2, types, values, NULL, false, 0),
-			  SPI_OK_SELECT, "inbox.observe");
 
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -358,6 +345,69 @@ inbox_purge_observe(MemoryContext cxt)
 		MemoryContextSwitchTo(oldcxt);
 	}
 	return targets;
+}
+
+/*
+ * Step 1 on a distributed inbox.entries (distributed.c).  Citus cannot run
+ * inbox.scope_list's recursive skip scan, so the scopes come from one
+ * DISTINCT, which each shard answers.  Then inbox.observe runs here, on
+ * this node, once per scope: in a query that also read the shards, Citus
+ * could run it on a worker, against that worker's own inbox.scopes.
+ */
+static List *
+observe_distributed(Datum *settings, MemoryContext cxt)
+{
+	Oid			types[3] = {TEXTOID, INTERVALOID, INTERVALOID};
+	SPITupleTable *scopes;
+	uint64		nscopes;
+	uint64		i;
+	List	   *targets = NIL;
+
+	spi_check(SPI_execute("SELECT DISTINCT e.scope FROM inbox.entries AS e", true, 0),
+			  SPI_OK_SELECT, "listing the scopes of inbox.entries");
+	scopes = SPI_tuptable;
+	nscopes = SPI_processed;
+	for (i = 0; i < nscopes; i++)
+	{
+		Datum		values[3];
+		bool		isnull;
+
+		values[0] = SPI_getbinval(scopes->vals[i], scopes->tupdesc, 1, &isnull);
+		values[1] = settings[0];
+		values[2] = settings[1];
+		spi_check(SPI_execute_with_args("SELECT $1, inbox.observe($1, $2, $3)",
+										3, types, values, NULL, false, 0),
+				  SPI_OK_SELECT, "inbox.observe");
+		targets = collect_targets(targets, cxt);
+		SPI_freetuptable(SPI_tuptable);
+	}
+	return targets;
+}
+
+/*
+ * Step 1: observe every scope; return the PurgeTargets, allocated in cxt,
+ * of the scopes that have a cutoff now.
+ */
+List *
+inbox_purge_observe(MemoryContext cxt)
+{
+	Oid			types[2] = {INTERVALOID, INTERVALOID};
+	Datum		values[2];
+
+	values[0] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.retention",
+																	 retention_string,
+																	 &retention)));
+	values[1] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.idle_threshold",
+																	 idle_threshold_string,
+																	 &idle_threshold)));
+	if (inbox_entries_distributed())
+		return observe_distributed(values, cxt);
+	spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
+									"FROM inbox.scope_list() AS s",
+									2, types, values, NULL, false, 0),
+			  SPI_OK_SELECT, "inbox.observe");
+
+	return collect_targets(NIL, cxt);
 }
 
 /* The leaves of inbox.entries, in a stable order, as a List of Oids in cxt */
@@ -389,11 +439,13 @@ inbox_purge_leaves(MemoryContext cxt)
 }
 
 /*
- * Step 2, for one leaf, as the SQL of 0.4.0 does it: one call of
- * inbox.purge_batch per scope, until limit rows are gone.
+ * Step 2, for one leaf, one scope at a time until limit rows are gone: by
+ * the SQL of 0.4.0 (inbox.purge_batch), or on a distributed inbox.entries
+ * (inbox.purge_scope, a statement on the scope's shard).  sql calls either,
+ * with the same arguments.
  */
 static int64
-purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more)
+purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more, const char *sql)
 {
 	bool		isnull;
 	int64		total = 0;
@@ -410,9 +462,8 @@ purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more)
 		values[1] = CStringGetTextDatum(target->scope);
 		values[2] = TimestampTzGetDatum(target->cutoff);
 		values[3] = Int32GetDatum((int32) (limit - total));
-		spi_check(SPI_execute_with_args("SELECT inbox.purge_batch($1, $2, $3, $4)",
-										4, types, values, NULL, false, 1),
-				  SPI_OK_SELECT, "inbox.purge_batch");
+		spi_check(SPI_execute_with_args(sql, 4, types, values, NULL, false, 1),
+				  SPI_OK_SELECT, sql);
 		rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
 		inbox_stats_purged(target->scope, rows);
@@ -498,7 +549,11 @@ inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
 	/* The SQL installed says which function does the work (version.c) */
 	version = inbox_sql_version();
 	if (version != NULL && strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0)
-		return purge_leaf_by_scope(leaf, targets, limit, more);
+		return purge_leaf_by_scope(leaf, targets, limit, more,
+								   "SELECT inbox.purge_batch($1, $2, $3, $4)");
+	if (inbox_entries_distributed())
+		return purge_leaf_by_scope(leaf, targets, limit, more,
+								   "SELECT inbox.purge_scope($1, $2, $3, $4)");
 	return purge_leaf_at_once(leaf, targets, limit, more);
 }
 

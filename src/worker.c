@@ -61,6 +61,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "distributed.h"
 #include "inbox.h"
 #include "purge.h"
 #include "stats.h"
@@ -330,6 +331,18 @@ extension_ready(void)
 		 strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0);
 	if (version == NULL)
 		inbox_stats_forget(MyDatabaseId, NULL);
+	else if (ready && inbox_citus_worker_node())
+	{
+		/*
+		 * The coordinator purges the shards, with the retention clocks it
+		 * keeps in its inbox.scopes; a worker's copy of that table is
+		 * empty.  Quietly: the launcher comes back every naptime.
+		 */
+		ereport(DEBUG1,
+				(errmsg("inbox purge skips database \"%s\" on this Citus worker: the coordinator purges",
+						get_database_name(MyDatabaseId))));
+		ready = false;
+	}
 	else if (!ready)
 		ereport(LOG,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

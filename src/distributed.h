@@ -1,0 +1,24 @@
+/*-------------------------------------------------------------------------
+ *
+ * distributed.h
+ *	  Whether inbox.entries is distributed by Citus, and the refusals of
+ *	  what cannot run on it.
+ *
+ * src/distributed.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_DISTRIBUTED_H
+#define INBOX_DISTRIBUTED_H
+
+typedef enum InboxRefusal
+{
+	INBOX_REFUSE_SESSION_TAKE,
+	INBOX_REFUSE_CLAIM_TIMEOUT
+} InboxRefusal;
+
+extern bool inbox_entries_distributed(void);
+extern void inbox_refuse_if_distributed(InboxRefusal which);
+extern bool inbox_citus_worker_node(void);
+
+#endif							/* INBOX_DISTRIBUTED_H */
