@@ -7,6 +7,8 @@
 #   make test         everything above, from a fresh Debian 12 machine, as root
 #   make demo         the at-least-once scenario on a throwaway cluster
 #   make bench        pgbench ratios against hand-written SQL baselines
+#   make examples     the Java and Go consumer examples and their crash test
+#   make deb, dist    the Debian package and the PGXN zip, into dist/
 
 EXTENSION = inbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
