@@ -651,11 +651,18 @@ for my $stream (@streams)
 	}
 
 	# The uncertain-commit procedure after the dropped connections.  After
-	# COMMIT, inbox_status always shows the commit.  Before COMMIT it shows
-	# none, unless another consumer committed a copy of the same message
-	# meanwhile: "not committed" is asserted per language, below.
-	like($logs, qr/uncertain commit of .*: it committed/,
-		"$name: after a connection lost past COMMIT, the status showed it committed");
+	# COMMIT, inbox_status always shows the commit of a single message.  A
+	# batch counts as committed only when every id's entry has the hash of
+	# this batch's copy: a batch that also holds a conflicting copy (or the
+	# poison, never written) is processed again, which is safe, and shows
+	# "not committed" whatever the COMMIT did.  Before COMMIT the status
+	# shows none, unless another consumer committed a copy of the same
+	# message meanwhile: "not committed" is asserted per language, below.
+	if ($stream->{mode} ne 'batch')
+	{
+		like($logs, qr/uncertain commit of .*: it committed/,
+			"$name: after a connection lost past COMMIT, the status showed it committed");
+	}
 	my $drops = () = $logs =~ /fault injected: drop/g;
 	my $resolved = () = $logs =~ /uncertain commit of .*: (it committed|not committed)/g;
 	cmp_ok($resolved, '>=', $drops, "$name: each dropped connection went through the uncertain-commit check");
