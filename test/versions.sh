@@ -12,17 +12,26 @@
 #   DIR/apt/          a private apt state that knows only the deb-src lines
 #                     below, so the machine's own apt setup is untouched
 #   DIR/src/          the source packages and their unpacked trees
+#   DIR/build/pgNN/   the out-of-tree build of a PG_SOURCE_NN tree
 #   DIR/pgNN/         PostgreSQL NN, with pg_cron and then inbox installed
 #   DIR/pgNN.log      the build's output
 #   DIR/pgNN-test.log the suite's output; its last line is the summary
 # VERSION defaults to "18 17".  Each version comes from the suite that has
-# its source package: 18 from sid, 17 from trixie.
+# its source package: 18 from sid, 17 from trixie.  A version Debian has no
+# source package for (16), or one to take from elsewhere, is built from a
+# PostgreSQL source tree you already have: set PG_SOURCE_NN (below).
 #
 # Run it again and it skips what is already done (a downloaded package, an
 # unpacked tree, a finished build, an installed pg_cron); only the suite
 # runs every time.  Delete DIR/pgNN to rebuild that version.
 #
 # Variables:
+#   PG_SOURCE_NN   build PostgreSQL NN from this source tree (a release
+#                  tarball unpacked, or a git checkout of a REL_NN_* tag)
+#                  instead of Debian's source package, e.g.
+#                  PG_SOURCE_16=~/src/postgresql-16.6.  The tree is left
+#                  untouched: the build runs in DIR/build/pgNN.  pg_cron
+#                  then comes from sid's pg-cron source package.
 #   DEBIAN_MIRROR  the archive to get the source packages from; by default
 #                  the one the machine's own apt sources use
 #   PG_CRON_SRC    a pg_cron source tree to build when Debian's pg-cron
@@ -53,15 +62,43 @@ apt="$dir/apt"
 src="$dir/src"
 mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$src"
 
-# The suite a version's source package comes from
+# The source tree given for a version (PG_SOURCE_NN), or nothing
+source_of()
+{
+	local var="PG_SOURCE_$1"
+	echo "${!var:-}"
+}
+
+# The suite a version's source package comes from; a version built from
+# PG_SOURCE_NN takes only pg-cron from Debian, and sid's builds against any
+# version.
 suite_of()
 {
+	if [ -n "$(source_of "$1")" ]; then
+		echo sid
+		return
+	fi
 	case $1 in
 		18) echo sid ;;
 		17) echo trixie ;;
-		*) echo "versions.sh: no source suite known for PostgreSQL $1" >&2; return 1 ;;
+		*) echo "versions.sh: no source suite known for PostgreSQL $1; set PG_SOURCE_$1" >&2; return 1 ;;
 	esac
 }
+
+# Check every version, and the source trees given, before anything is built
+for v in $versions; do
+	suite_of "$v" >/dev/null || exit 1
+	tree=$(source_of "$v")
+	[ -n "$tree" ] || continue
+	if [ ! -f "$tree/configure" ] || ! grep -q "AC_INIT(\[PostgreSQL\], \[${v}[.a-z]" "$tree/configure.ac" 2>/dev/null; then
+		echo "versions.sh: PG_SOURCE_$v=$tree is not a PostgreSQL $v source tree" >&2
+		exit 1
+	fi
+	if [ -f "$tree/config.status" ]; then
+		echo "versions.sh: PG_SOURCE_$v=$tree is configured in place; run make distclean there first (the build here is out of tree)" >&2
+		exit 1
+	fi
+done
 
 # The Debian archive this machine's apt uses (deb822 or one-line format),
 # not the security archive.
@@ -97,6 +134,12 @@ fi
 # Release tarballs of 18 carry no generated parser files: bison and flex.
 deps="build-essential bison flex pkg-config libreadline-dev zlib1g-dev libssl-dev
 	libipc-run-perl libdbd-pg-perl dpkg-dev"
+# A tree from PG_SOURCE_NN is built with ICU, PostgreSQL's default
+for v in $versions; do
+	if [ -n "$(source_of "$v")" ]; then
+		deps="$deps libicu-dev"
+	fi
+done
 missing=""
 for p in $deps; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
@@ -137,7 +180,33 @@ for v in $versions; do
 	log="$dir/pg$v.log"
 	pg_config="$prefix/bin/pg_config"
 
-	if [ ! -x "$pg_config" ] || [ ! -f "$prefix/.built" ]; then
+	if [ -n "$(source_of "$v")" ] &&
+		{ [ ! -x "$pg_config" ] || [ ! -f "$prefix/.built" ]; }; then
+		# A source tree of the user's: built out of tree (a VPATH build),
+		# so the tree stays as it was.  Configured as Debian's packages are
+		# where the suite can tell: TAP tests, OpenSSL, ICU, debug symbols.
+		# A git tree has no generated parser files: bison and flex, above.
+		tree=$(cd "$(source_of "$v")" && pwd)
+		build="$dir/build/pg$v"
+		mkdir -p "$build"
+		echo "versions.sh: building PostgreSQL $v from $tree in $build into $prefix (log: $log)"
+		(
+			cd "$build"
+			[ -f config.status ] ||
+				"$tree/configure" --prefix="$prefix" --enable-tap-tests --with-openssl \
+					--with-icu --enable-debug --without-lz4 --without-zstd
+			make -j"$jobs"
+			make install
+			make -j"$jobs" -C contrib install
+			make -C src/test/perl install
+			make -C src/test/isolation install
+		) >"$log" 2>&1 || {
+			echo "versions.sh: the build of PostgreSQL $v failed; see $log" >&2
+			status=1
+			continue
+		}
+		touch "$prefix/.built"
+	elif [ ! -x "$pg_config" ] || [ ! -f "$prefix/.built" ]; then
 		# Without Debian's patches: they move the library directory to
 		# /usr/lib/postgresql/NN and the default socket directory to
 		# /var/run/postgresql, out of the private prefix.
