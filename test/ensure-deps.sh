@@ -31,6 +31,16 @@ fi
 
 echo "ensure-deps: installing$missing"
 export DEBIAN_FRONTEND=noninteractive
+# Install without starting the packages' services (PostgreSQL's main cluster,
+# RabbitMQ, Prometheus, the exporter, PgBouncer): the tests start servers
+# of their own, on loopback and free ports.  This is Debian's policy-rc.d
+# convention; a machine that has its own policy is left with it.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\n# test/ensure-deps.sh: no service starts during its install\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	trap 'rm -f "$policy"' EXIT
+fi
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
