@@ -67,6 +67,9 @@ RESET inbox.on_duplicate;
 SELECT message_id = E'line\nLOG:  forged\r\ttab\x01' AS stored_verbatim
 FROM inbox.entries WHERE scope = 's' AND message_id LIKE 'line%';
 
+-- inbox_distribute is for Citus only, and says so.
+SELECT regress.try($$SELECT inbox_distribute('pg_class')$$);
+
 -- Nothing above left a partial or extra row.
 SELECT octet_length(scope) AS scope_bytes,
 	   left(regexp_replace(message_id, '[^a-z0-9 ]', '?', 'g'), 12) AS message_id,

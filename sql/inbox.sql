@@ -948,18 +948,9 @@ $$;
 
 CREATE FUNCTION inbox.inbox_extend(scope text, receipt uuid, lease interval)
 RETURNS timestamptz
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM inbox.check_key(inbox_extend.scope, NULL, false);
-	IF inbox_extend.receipt IS NULL THEN
-		PERFORM inbox.refuse_receipt(inbox_extend.scope, NULL, 'extended');
-	END IF;
-	RETURN inbox.extend_lease(inbox_extend.scope, NULL, inbox_extend.receipt,
-							  inbox_extend.lease);
-END
-$$;
+AS 'MODULE_PATHNAME', 'inbox_extend_receipt_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION inbox.inbox_requeue(scope text, message_id text)
 RETURNS void
@@ -1004,21 +995,9 @@ $$;
 
 CREATE FUNCTION inbox.inbox_result(scope text, message_id text)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-	r jsonb;
-BEGIN
-	PERFORM inbox.check_key(inbox_result.scope, inbox_result.message_id, true);
-	SELECT e.result INTO r FROM inbox.entries AS e
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_result.scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) inbox_result.message_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_result.scope, inbox_result.message_id);
-	RETURN r;
-END
-$$;
+AS 'MODULE_PATHNAME', 'inbox_result_1_0'
+LANGUAGE C STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 /*
  * Retention overrides are bounded like inbox.retention: a retention
@@ -1453,22 +1432,49 @@ CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 COMMENT ON VIEW @extschema@.inbox_stats IS
 'per-scope claims, duplicates, mismatches, purge progress and retention clock';
 
-CREATE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
+-- The dead letters, read as the extension's owner.  The view reads them
+-- through this function rather than from the table: on Citus, a view's
+-- query on a distributed table runs on the workers as the role querying
+-- the view, which has no access to schema inbox.  Like the other helpers
+-- of the views, it stays executable by PUBLIC, who cannot name it (schema
+-- inbox is not usable by PUBLIC), and the view applies the scope grants.
+CREATE FUNCTION inbox.dead_letters()
+RETURNS TABLE (scope text, message_id text, attempts integer, last_error text,
+			   received_at timestamptz, died_at timestamptz, payload jsonb, payload_bytes bytea)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
 	SELECT e.scope, e.message_id, e.attempts, e.last_error, e.received_at,
-		   e.finished_at AS died_at, e.payload, e.payload_bytes
+		   e.finished_at, e.payload, e.payload_bytes
 	  FROM inbox.entries AS e
 	 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
-	   AND inbox.scope_visible(e.scope);
+$$;
+
+CREATE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
+	SELECT d.scope COLLATE "C" AS scope, d.message_id COLLATE "C" AS message_id,
+		   d.attempts, d.last_error, d.received_at, d.died_at, d.payload, d.payload_bytes
+	  FROM inbox.dead_letters() AS d
+	 WHERE inbox.scope_visible(d.scope);
 
 COMMENT ON VIEW @extschema@.inbox_dead_letters IS
 'messages that used all their attempts; inbox_requeue puts one back';
 
+-- The grants, read as the extension's owner, for the same reason as
+-- inbox.dead_letters.
+CREATE FUNCTION inbox.grant_rows()
+RETURNS TABLE (scope text, grantee text, granted_at timestamptz)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT g.scope, g.grantee, g.granted_at FROM inbox.scope_grants AS g
+$$;
+
 -- For administrators: who may act on which scope.  grantee is NULL for a
 -- grant whose role does not exist; grantee_name says which role it names.
 CREATE VIEW @extschema@.inbox_grants AS
-	SELECT g.scope, pg_catalog.to_regrole(pg_catalog.quote_ident(g.grantee)) AS grantee,
-		   g.granted_at, g.grantee AS grantee_name
-	  FROM inbox.scope_grants AS g;
+	SELECT g.scope COLLATE "C" AS scope, pg_catalog.to_regrole(pg_catalog.quote_ident(g.grantee)) AS grantee,
+		   g.granted_at, g.grantee COLLATE "C" AS grantee_name
+	  FROM inbox.grant_rows() AS g;
 
 COMMENT ON VIEW @extschema@.inbox_grants IS
 'scope grants: a scope listed here is open only to its grantees (and their members)';
@@ -1897,6 +1903,197 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, times
 REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * Scale-out: Citus (docs/scale-out.md)
+ *
+ * inbox_distribute(colocate_with) distributes the inbox beside a business
+ * table that is distributed by scope:
+ *
+ *	- inbox.entries, by scope, co-located with that table;
+ *	- inbox.scope_grants, as a reference table: the API's entry points
+ *	  that Citus delegates to the worker holding a scope's shard check the
+ *	  grants there, against the same rows as the coordinator;
+ *	- the entry points an application calls inside the transaction of its
+ *	  effect, as functions delegated by their scope argument, with
+ *	  force_delegation.  Such a call runs on the worker, as the role that
+ *	  made it (then as the owner, behind the entry point, locally), and
+ *	  Citus pins the rest of the transaction to that worker over the
+ *	  caller's connection.  The claim and the effect are then written over
+ *	  one connection as one user, which is what Citus requires of a
+ *	  transaction that writes one placement twice (25001 otherwise).
+ *
+ * The entry points that read or wake state only the coordinator has are
+ * not delegated: inbox_receive and inbox_poll (wake-ups of waiting polls,
+ * per-scope max_attempts in inbox.scopes) and inbox_fail (max_attempts).
+ * ------------------------------------------------------------------------ */
+CREATE FUNCTION inbox.delegated_functions()
+RETURNS regprocedure[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT ARRAY['@extschema@.inbox_claim(text, text, bytea)',
+				 '@extschema@.inbox_claim_many(text, text[], bytea[], text)',
+				 '@extschema@.inbox_status(text, text)',
+				 '@extschema@.inbox_result(text, text)',
+				 '@extschema@.inbox_complete(text, uuid, jsonb)',
+				 '@extschema@.inbox_extend(text, uuid, interval)']::regprocedure[]
+$$;
+
+CREATE FUNCTION @extschema@.inbox_distribute(colocate_with regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	dist_column text;
+	dist_type oid;
+	dist_collation oid;
+	entries_colocation integer;
+	fn regprocedure;
+	grantee text;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+		RAISE EXCEPTION 'inbox_distribute needs Citus'
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = 'Extension citus is not installed in this database.',
+				  HINT = 'On one node, the inbox needs no distribution.';
+	END IF;
+
+	-- The business table, distributed by hash on a text column of collation "C"
+	SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+	  INTO dist_column
+	  FROM pg_catalog.pg_dist_partition AS p
+	 WHERE p.logicalrelid = colocate_with AND p.partmethod = 'h';
+	IF dist_column IS NULL THEN
+		RAISE EXCEPTION 'table % is not distributed by hash', colocate_with
+			USING ERRCODE = 'wrong_object_type',
+				  DETAIL = 'inbox.entries is co-located with a table distributed by the scope its rows belong to.',
+				  HINT = 'Distribute it first: SELECT create_distributed_table(''table'', ''scope column'').';
+	END IF;
+	SELECT a.atttypid, a.attcollation INTO dist_type, dist_collation
+	  FROM pg_catalog.pg_attribute AS a
+	 WHERE a.attrelid = colocate_with AND a.attname = dist_column;
+	IF dist_type <> 'pg_catalog.text'::pg_catalog.regtype THEN
+		RAISE EXCEPTION 'the distribution column % of table % is of type %, not text',
+				dist_column, colocate_with, dist_type::pg_catalog.regtype
+			USING ERRCODE = 'datatype_mismatch',
+				  DETAIL = 'Citus co-locates tables whose distribution columns have the same type; inbox.entries.scope is text.';
+	END IF;
+	IF dist_collation <> 'pg_catalog."C"'::pg_catalog.regcollation THEN
+		RAISE EXCEPTION 'the distribution column % of table % has collation %, not "C"',
+				dist_column, colocate_with, dist_collation::pg_catalog.regcollation
+			USING ERRCODE = 'collation_mismatch',
+				  DETAIL = 'The inbox compares scopes byte-wise, and Citus co-locates only distribution columns of one collation.',
+				  HINT = 'Create the business table with that column COLLATE "C", before distributing it; Citus cannot change a distribution column afterwards.';
+	END IF;
+
+	-- inbox.entries: distribute it, or check that it is co-located already
+	SELECT p.colocationid INTO entries_colocation
+	  FROM pg_catalog.pg_dist_partition AS p
+	 WHERE p.logicalrelid = 'inbox.entries'::pg_catalog.regclass;
+	IF entries_colocation IS NULL THEN
+		PERFORM pg_catalog.create_distributed_table('inbox.entries', 'scope',
+													colocate_with => colocate_with::text);
+	ELSIF entries_colocation <> (SELECT p.colocationid FROM pg_catalog.pg_dist_partition AS p
+								  WHERE p.logicalrelid = colocate_with) THEN
+		RAISE EXCEPTION 'inbox.entries is already distributed, and not co-located with table %', colocate_with
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'Citus cannot redistribute a table that belongs to an extension.';
+	END IF;
+
+	-- inbox.scope_grants on every node.  Its statement trigger, which drops
+	-- the backends' caches of the grants, must follow it onto the shards:
+	-- Citus creates triggers there only when allowed to.
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+				   WHERE p.logicalrelid = 'inbox.scope_grants'::pg_catalog.regclass) THEN
+		PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+		PERFORM pg_catalog.create_reference_table('inbox.scope_grants');
+	END IF;
+
+	-- The delegated entry points.  Citus propagates a GRANT on a function
+	-- only once the function is distributed, so the EXECUTE privileges
+	-- given before are given again, now to every node.
+	FOREACH fn IN ARRAY inbox.delegated_functions() LOOP
+		PERFORM pg_catalog.create_distributed_function(fn, 'scope',
+													   colocate_with => 'inbox.entries',
+													   force_delegation => true);
+		FOR grantee IN
+			SELECT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+						ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END
+			  FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS x
+			 WHERE p.oid = fn AND x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
+		LOOP
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', fn, grantee);
+		END LOOP;
+	END LOOP;
+
+	RAISE NOTICE 'the inbox is distributed with table %', colocate_with
+		USING DETAIL = 'This cannot be undone: Citus does not undistribute a table that belongs to an extension. '
+					   'DROP EXTENSION inbox still works.';
+END;
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_distribute(regclass) IS
+'on Citus: distribute the inbox by scope, co-located with a business table, and delegate the API calls made in an effect''s transaction';
+
+/*
+ * Called by the drop guard (src/guard.c) before DROP EXTENSION inbox runs
+ * on a distributed inbox.  Citus's own drop trigger fails on the leaves of
+ * a distributed partitioned table that belongs to an extension, and the
+ * reference table's shard on the coordinator is not a member of the
+ * extension, so the drop would fail.  Detached from the extension, the
+ * tables (and the views over them, which would otherwise hold them) drop
+ * as any distributed table does; the DROP EXTENSION that follows, in the
+ * same transaction, removes the rest.
+ */
+CREATE FUNCTION inbox.citus_drop_tables()
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
+AS $$
+DECLARE
+	tables regclass[];
+	views text[];
+	view text;
+	obj regclass;
+BEGIN
+	-- One connection per node, as Citus requires of an extension command
+	PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+	SELECT pg_catalog.array_agg(c.oid::pg_catalog.regclass) INTO tables
+	  FROM pg_catalog.pg_class AS c
+	 WHERE c.relnamespace = 'inbox'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p')
+	   AND c.oid IN (SELECT p.logicalrelid FROM pg_catalog.pg_dist_partition AS p);
+	-- The extension's views, which read those tables or one another
+	SELECT pg_catalog.array_agg(c.oid::pg_catalog.regclass::text) INTO views
+	  FROM pg_catalog.pg_depend AS d
+	  JOIN pg_catalog.pg_class AS c ON c.oid = d.objid
+	 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
+	   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+	   AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'inbox')
+	   AND c.relkind = 'v';
+	FOREACH view IN ARRAY coalesce(views, '{}') LOOP
+		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP VIEW %s', view);
+	END LOOP;
+	FOREACH view IN ARRAY coalesce(views, '{}') LOOP
+		EXECUTE pg_catalog.format('DROP VIEW IF EXISTS %s CASCADE', view);
+	END LOOP;
+	FOREACH obj IN ARRAY tables LOOP
+		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP TABLE %s', obj);
+	END LOOP;
+	FOREACH obj IN ARRAY tables LOOP
+		IF pg_catalog.to_regclass(obj::text) IS NOT NULL
+		   AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = obj) THEN
+			EXECUTE pg_catalog.format('DROP TABLE %s', obj);
+		END IF;
+	END LOOP;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION inbox.delegated_functions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_distribute(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
 
 /* ------------------------------------------------------------------------
  * Privileges

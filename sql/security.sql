@@ -11,11 +11,13 @@ CREATE SCHEMA app AUTHORIZATION inbox_regress_app;
 -- the role that called them, check its scope grants, and call the
 -- SECURITY DEFINER implementation of the same name in schema inbox.  Every
 -- function that runs SQL pins its search_path first (the purge's and the
--- takes' also pin their plans to indexes); nothing is executable by PUBLIC, and PUBLIC
+-- takes' also pin their plans to indexes, and inbox.citus_drop_tables
+-- silences Citus's notices); nothing is executable by PUBLIC, and PUBLIC
 -- cannot even look into schema inbox.
 SELECT p.pronamespace::regnamespace AS schema, p.proname, l.lanname AS lang, p.prosecdef,
 	   p.proconfig[1] = 'search_path=pg_catalog, pg_temp'
-	   AND p.proconfig[2:] <@ '{"enable_seqscan=off","enable_bitmapscan=off","enable_sort=off"}' AS pinned,
+	   AND p.proconfig[2:] <@ '{"enable_seqscan=off","enable_bitmapscan=off","enable_sort=off",
+							 "client_min_messages=warning"}' AS pinned,
 	   has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
 JOIN pg_language l ON l.oid = p.prolang

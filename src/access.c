@@ -488,17 +488,28 @@ inbox_enter_admin(PG_FUNCTION_ARGS)
  * table must be dropped when it changes.  A relcache invalidation is
  * transactional: other backends receive it when this transaction commits,
  * this one at the end of the current command.
+ *
+ * The invalidation names inbox.scope_grants itself, which the caches
+ * watch, not the relation the trigger fired on.  On one node they are the
+ * same.  On Citus, where inbox_distribute() makes the table a reference
+ * table, the trigger fires on each node's shard of it (a relation with
+ * another name and OID), and the delegated calls that read the grants on
+ * that node must still see the change.
  */
 Datum
 inbox_scope_grants_changed(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Oid			grants;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("inbox.scope_grants_changed() must be called as a trigger")));
-	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	grants = inbox_relid("scope_grants");
+	if (!OidIsValid(grants))
+		grants = RelationGetRelid(trigdata->tg_relation);
+	CacheInvalidateRelcacheByRelid(grants);
 	return PointerGetDatum(NULL);
 }
 

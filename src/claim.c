@@ -365,8 +365,12 @@ inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 
 	if (claim_timeout <= 0)
 		return SPI_execute_plan(plan, values, nulls, false, 0);
-	/* The wait happens on a worker, out of this timeout's reach */
-	if (strcmp(kind, "stream") != 0)
+	/*
+	 * On a Citus coordinator the wait would happen on a worker, out of this
+	 * timeout's reach.  A claim delegated to the worker (inbox_distribute)
+	 * runs its INSERT there, in this backend, where the timeout applies.
+	 */
+	if (strcmp(kind, "stream") != 0 && !inbox_citus_worker_node())
 		inbox_refuse_if_distributed(INBOX_REFUSE_CLAIM_TIMEOUT);
 
 	nestlevel = NewGUCNestLevel();

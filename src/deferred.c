@@ -75,6 +75,8 @@ PG_FUNCTION_INFO_V1(inbox_take_1_0);
 PG_FUNCTION_INFO_V1(inbox_poll_1_0);
 PG_FUNCTION_INFO_V1(inbox_complete_1_0);
 PG_FUNCTION_INFO_V1(inbox_complete_receipt_1_0);
+PG_FUNCTION_INFO_V1(inbox_extend_receipt_1_0);
+PG_FUNCTION_INFO_V1(inbox_result_1_0);
 PG_FUNCTION_INFO_V1(inbox_receipt_bucket);
 
 /* inbox.max_attempts, which the SQL functions read with current_setting */
@@ -105,6 +107,7 @@ static SPIPlanPtr next_due_plan = NULL;
 static SPIPlanPtr max_attempts_plan = NULL;
 static SPIPlanPtr refuse_plan = NULL;
 static SPIPlanPtr refuse_receipt_plan = NULL;
+static SPIPlanPtr refuse_extend_plan = NULL;
 
 static const char *const candidates_sql =
 "SELECT message_id, bucket, state, attempts, payload, payload_bytes, received_at "
@@ -139,6 +142,8 @@ typedef enum DeferredLeafPlan
 	LEAF_DIE,					/* a lost message out of attempts */
 	LEAF_COMPLETE,				/* done, by its owner session */
 	LEAF_COMPLETE_RECEIPT,		/* done, by receipt */
+	LEAF_EXTEND_RECEIPT,		/* a longer lease, by receipt */
+	LEAF_RESULT,				/* a message's stored result */
 	DEFERRED_LEAF_PLANS
 } DeferredLeafPlan;
 
@@ -163,14 +168,24 @@ static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
 	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
 	"WHERE receipt = $2 AND scope = $1 AND state = 'r' AND bucket = %d",
+	/* A message taken without a lease stays due from its take */
+	[LEAF_EXTEND_RECEIPT] =
+	"UPDATE inbox.entries_p%d SET lease_until = $3, "
+	"due = CASE WHEN lease_until IS NULL THEN due ELSE $3 END "
+	"WHERE receipt = $2 AND scope = $1 AND state = 'r' AND bucket = %d "
+	"RETURNING lease_until",
+	[LEAF_RESULT] =
+	"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2 AND bucket = %d",
 };
 
-static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {7, 3, 4, 3};
+static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {7, 3, 4, 3, 3, 2};
 static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
 	[LEAF_TAKE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID},
 	[LEAF_DIE] = {TEXTOID, TEXTOID, TIMESTAMPTZOID},
 	[LEAF_COMPLETE] = {TEXTOID, TEXTOID, JSONBOID, INT8OID},
 	[LEAF_COMPLETE_RECEIPT] = {TEXTOID, UUIDOID, JSONBOID},
+	[LEAF_EXTEND_RECEIPT] = {TEXTOID, UUIDOID, TIMESTAMPTZOID},
+	[LEAF_RESULT] = {TEXTOID, TEXTOID},
 };
 
 /* One call of inbox_take or inbox_poll */
@@ -603,4 +618,94 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * inbox_extend(scope, receipt, lease): the lease of the message the
+ * receipt holds ends lease from now, from whichever session the caller
+ * runs on.
+ *
+ * This and inbox_result are C with kept plans, like the completion, rather
+ * than PL/pgSQL: on Citus they are delegated to the worker that holds the
+ * scope (inbox_distribute), and Citus accepts a delegated call's query only
+ * where it can read the scope's value, which a plan's parameters give it
+ * and PL/pgSQL's variables do not.
+ */
+Datum
+inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	pg_uuid_t  *receipt;
+	Interval   *lease;
+	Interval	zero = {0};
+	Datum		values[3];
+	bool		isnull;
+	Datum		until;
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("receipt must not be null")));
+	if (PG_ARGISNULL(2) ||
+		DatumGetBool(DirectFunctionCall2(interval_le, PG_GETARG_DATUM(2), IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease must be positive")));
+	receipt = PG_GETARG_UUID_P(1);
+	lease = PG_GETARG_INTERVAL_P(2);
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = UUIDPGetDatum(receipt);
+	/* A value, not a function of the statement: see inbox.fail_message */
+	values[2] = DirectFunctionCall2(timestamptz_pl_interval,
+									TimestampTzGetDatum(GetCurrentTimestamp()),
+									IntervalPGetDatum(lease));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	execute(leaf_plan(LEAF_EXTEND_RECEIPT, receipt_bucket(receipt)),
+			values, NULL, SPI_OK_UPDATE_RETURNING);
+	if (SPI_processed != 1)
+	{
+		Oid			types[2] = {TEXTOID, UUIDOID};
+
+		execute(inbox_plan(&refuse_extend_plan, "SELECT inbox.refuse_receipt($1, $2, 'extended')",
+						  2, types),
+				values, NULL, SPI_OK_SELECT);
+		elog(ERROR, "inbox.refuse_receipt did not raise");
+	}
+	until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	SPI_finish();
+	PG_RETURN_DATUM(until);
+}
+
+/*
+ * inbox_result(scope, message_id): the result stored with the message's
+ * completion, or NULL (none, or no such message).
+ */
+Datum
+inbox_result_1_0(PG_FUNCTION_ARGS)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	Datum		values[2];
+	bool		isnull = true;
+	Datum		result = (Datum) 0;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(message_id);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	execute(leaf_plan(LEAF_RESULT, inbox_bucket(scope, message_id)), values, NULL, SPI_OK_SELECT);
+	if (SPI_processed == 1)
+	{
+		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		if (!isnull)
+			result = SPI_datumTransfer(result, false, -1);
+	}
+	SPI_finish();
+	if (isnull)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(result);
 }

@@ -53,11 +53,13 @@ static const Refusal refusals[] = {
 		"Use inbox_poll with a lease, and complete, fail or extend by its receipt."
 	},
 	[INBOX_REFUSE_CLAIM_TIMEOUT] = {
-		"bound a claim's wait (inbox.claim_timeout)",
-		"A claim waits for a concurrent claim of the same message on the worker that holds the scope's shard, "
-		"where this session's timeout does not apply: the claim would wait without bound.",
-		"Set inbox.claim_timeout to 0 for claims on a distributed inbox; a claim then waits for the "
-		"concurrent one to commit or roll back."
+		"bound a claim's wait (inbox.claim_timeout) on the coordinator",
+		"This claim runs on the coordinator, and waits for a concurrent claim of the same message on the "
+		"worker that holds the scope's shard, where this session's timeout does not apply: the claim would "
+		"wait without bound.",
+		"Call the claim as a statement of its own (SELECT inbox_claim(...)), which inbox_distribute() has "
+		"Citus delegate to the worker, and give the timeout to that worker with SET LOCAL under "
+		"citus.propagate_set_commands = 'local', or ALTER ROLE ... SET; or set inbox.claim_timeout to 0."
 	},
 };
 

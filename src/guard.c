@@ -49,6 +49,7 @@
 #include "utils/builtins.h"
 #include "utils/snapmgr.h"
 
+#include "distributed.h"
 #include "inbox.h"
 
 PG_FUNCTION_INFO_V1(inbox_guard_drop);
@@ -197,19 +198,33 @@ inbox_guard_drop(PG_FUNCTION_ARGS)
 	if (!has_privs_of_role(GetUserId(), ext.owner))
 		PG_RETURN_VOID();
 
-	if (!has_entries())
-		PG_RETURN_VOID();
+	if (has_entries())
+	{
+		if (kind == DROPS_RESTRICT)
+			ereport(ERROR,
+					(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+					 errmsg("cannot drop extension inbox because it still holds inbox entries"),
+					 errdetail("They are the deduplication history: without them, every redelivered message would be processed again."),
+					 errhint("Use %s CASCADE to drop the history too, after pg_dump if it may be needed again.",
+							 IsA(trigdata->parsetree, DropOwnedStmt) ? "DROP OWNED BY ..." : "DROP EXTENSION inbox")));
 
-	if (kind == DROPS_RESTRICT)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
-				 errmsg("cannot drop extension inbox because it still holds inbox entries"),
-				 errdetail("They are the deduplication history: without them, every redelivered message would be processed again."),
-				 errhint("Use %s CASCADE to drop the history too, after pg_dump if it may be needed again.",
-						 IsA(trigdata->parsetree, DropOwnedStmt) ? "DROP OWNED BY ..." : "DROP EXTENSION inbox")));
+		ereport(WARNING,
+				(errmsg("dropping the deduplication history with extension inbox"),
+				 errdetail("Messages redelivered after this will be processed again.")));
+	}
 
-	ereport(WARNING,
-			(errmsg("dropping the deduplication history with extension inbox"),
-			 errdetail("Messages redelivered after this will be processed again.")));
+	/*
+	 * On Citus, the distributed tables go first, detached from the
+	 * extension, or the drop fails inside Citus (sql/inbox.sql says why).
+	 * Still in the command's transaction: if it fails, they come back.
+	 */
+	if (inbox_entries_distributed())
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		if (SPI_execute("SELECT inbox.citus_drop_tables()", false, 0) != SPI_OK_SELECT)
+			elog(ERROR, "could not drop the distributed tables of extension inbox");
+		SPI_finish();
+	}
 	PG_RETURN_VOID();
 }

@@ -10,7 +10,8 @@
 # the extension to be installable by that user (or already installed).
 #
 #   test   pg_regress, isolation and TAP suites, each on temporary instances;
-#          ONLY=test/t/NNN_name.pl (make test ONLY=...) runs that TAP file alone
+#          ONLY=test/t/NNN_name.pl (make test ONLY=...) runs that TAP file alone;
+#          SUITES="regress isolation" (make test SUITES=...) runs only those
 #   demo   test/demo/demo.sh: the at-least-once scenario on a throwaway cluster
 #   bench  test/bench/bench.sh: pgbench ratios, see test/bench/README
 set -euo pipefail
@@ -153,7 +154,7 @@ case "$mode" in
 		passed=0
 		failed=0
 		# One suite at a time, so a failure in one still runs the others.
-		suites="regress isolation tap"
+		suites=${SUITES:-regress isolation tap}
 		only=${ONLY:-}
 		if [ -n "$only" ]; then
 			[ -f "$work/$only" ] || { echo "run.sh: no such test: $only" >&2; exit 2; }

@@ -1,38 +1,40 @@
 # test/t/018_citus.pl
 #
-# The API on Citus, with inbox.entries distributed by scope and co-located
-# with the business table, on a coordinator and two workers (the layout of
-# docs/scale-out.md).  What works must work there, and what cannot must be
-# refused with the error that says why (src/distributed.c), never fail from
-# inside Citus's planner or, worse, give a wrong answer:
+# The API on Citus, on a coordinator and two workers, with the inbox
+# distributed beside the business table by inbox_distribute() (the layout
+# of docs/scale-out.md), and used by the README's roles with the README's
+# grants, given before the distribution.  What works must work there, and
+# what cannot must be refused with the error that says why
+# (src/distributed.c), never fail from inside Citus's planner or, worse,
+# give a wrong answer:
 #
-#   - a claim and its effect commit as one transaction; a duplicate returns
-#     false, or raises IB001 under on_duplicate = raise; a different
-#     payload under the same id raises IB002; inbox_status reads the entry;
-#   - inbox_claim_many and inbox_receive_many (which run one INSERT per id
-#     there) give every id its status: claimed, duplicate (also within the
-#     batch) and mismatch, and write exactly the claimed ids;
-#   - inbox_poll under a lease, then inbox_extend, inbox_fail and
-#     inbox_complete by receipt, the completion in the effect's transaction;
-#     a message polled under a running lease is not handed out again, and
-#     one failed max_attempts times is a dead letter;
+#   - inbox_distribute refuses a business table it cannot co-locate with
+#     (collation, type, not distributed) and an application; it
+#     distributes inbox.entries co-located, makes inbox.scope_grants a
+#     reference table, delegates the six entry points of an effect's
+#     transaction, and carries the EXECUTE grants to the workers;
+#   - an application role claims and writes its effect in one transaction
+#     (Citus's 25001 without the delegation); a rollback leaves nothing; a
+#     duplicate returns false, or raises IB001 when inbox.on_duplicate
+#     reaches the worker (SET LOCAL propagated, ALTER ROLE), not by a
+#     session's SET; a different payload raises IB002;
+#   - inbox_claim_many with its effect; the one-statement form gives 25001;
+#   - scope grants are enforced on the workers, and a grant or revoke
+#     reaches them at once;
+#   - a concurrent claim of an id in flight waits on the worker and learns
+#     the outcome; inbox.claim_timeout bounds that wait (IB003);
+#   - the deferred mode by receipt, each step as its role: receive, poll
+#     under a lease, extend, fail, complete in the effect's transaction,
+#     dead letters, which an operator reads, as the grants;
 #   - refused with 0A000 and their reason: session-bound takes (inbox_take,
-#     inbox_poll without a lease) and inbox.claim_timeout;
-#   - inbox_forget and inbox_forget_range remove done entries and audit
-#     each, with the entry as it was; a forgotten id claims again;
-#   - retention: inbox_purge() deletes the done entries past the retention
-#     and keeps those inside it and the open messages, at most
-#     inbox.purge_batch_size rows a call, and a purged id claims again; the
-#     purge worker, which runs on the coordinator only, purges the shards
-#     by itself, and no node logs a purge warning;
-#   - inbox_stats_reset recounts a scope's entries on the shards, and
-#     inbox_stats reports them with the backlog and the dead letters;
-#   - DROP EXTENSION is still guarded (2BP01) while entries exist;
-#   - an application role may claim alone; a claim and its effect in one
-#     transaction give Citus's 25001 (different users on one placement),
-#     the limitation docs/scale-out.md describes.  This assertion records
-#     the behaviour: if a Citus release lifts it, the test fails and the
-#     docs change with it.
+#     inbox_poll without a lease) and inbox.claim_timeout in a claim the
+#     coordinator runs;
+#   - retention by inbox_purge() and by the purge worker (on the
+#     coordinator only), forget, statistics read by an operator;
+#   - a short pgbench load as the application role, with redeliveries:
+#     nothing doubled, nothing lost;
+#   - DROP EXTENSION is guarded while entries exist; without them it drops
+#     the extension on every node, and it can be created again.
 #
 # Skipped as a whole, in one line, when Citus is not installed for the
 # PostgreSQL under test (run it with make test PG_CONFIG=... ONLY=...).
@@ -66,20 +68,30 @@ citus.shard_count = 4
 $coord->sql("SELECT citus_set_coordinator_host('127.0.0.1', " . $coord->port . ')');
 $coord->sql("SELECT citus_add_node('127.0.0.1', " . $_->port . ')') for @nodes[1, 2];
 
-# The layout: the business table distributed by scope, inbox.entries
-# co-located with it (the distribution columns must share collation "C")
+# The layout: the business table distributed by scope, then the inbox
+# beside it with inbox_distribute().  The roles and grants are the README's,
+# given before the inbox is distributed: inbox_distribute() must carry them
+# to the workers, where the delegated calls run.
 $coord->sql(q{
 	CREATE EXTENSION inbox;
 	CREATE TABLE orders (scope text COLLATE "C" NOT NULL, message_id text NOT NULL, amount int);
 	SELECT create_distributed_table('orders', 'scope');
-	SELECT create_distributed_table('inbox.entries', 'scope', colocate_with => 'orders');
-	CREATE ROLE app LOGIN;
-	GRANT SELECT, INSERT ON orders TO app;
-	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea) TO app;
+	CREATE ROLE billing_consumer LOGIN;
+	CREATE ROLE shipping_receiver LOGIN;
+	CREATE ROLE shipping_worker LOGIN;
+	CREATE ROLE ops LOGIN;
+	CREATE ROLE intruder LOGIN;
+	GRANT SELECT, INSERT ON orders TO billing_consumer, shipping_worker, intruder;
+	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_status(text, text),
+		inbox_claim_many(text, text[], bytea[], text), inbox_result(text, text) TO billing_consumer, intruder;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea),
+		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) TO shipping_receiver;
+	GRANT EXECUTE ON FUNCTION inbox_poll(text, integer, interval, interval),
+		inbox_complete(text, uuid, jsonb), inbox_fail(text, uuid, text, interval),
+		inbox_extend(text, uuid, interval), inbox_result(text, text) TO shipping_worker;
+	GRANT SELECT ON inbox_stats, inbox_dead_letters, inbox_grants TO ops;
+	SELECT inbox_grant('billing', 'billing_consumer');
 });
-is($coord->sql(q{SELECT count(*) FROM pg_dist_partition
-				  WHERE logicalrelid::text LIKE 'inbox.entries%'}),
-	'9', 'inbox.entries and its 8 leaves are distributed');
 
 # psql's error output for $sql, '' if it succeeded
 sub fails
@@ -90,83 +102,240 @@ sub fails
 	return $ret == 0 ? '' : $err;
 }
 
-# --- claims ----------------------------------------------------------------------
+# --- inbox_distribute ---------------------------------------------------------------
+
+$coord->sql(q{
+	CREATE TABLE loose (scope text NOT NULL);
+	SELECT create_distributed_table('loose', 'scope', colocate_with => 'none');
+	CREATE TABLE numbered (scope int NOT NULL);
+	SELECT create_distributed_table('numbered', 'scope', colocate_with => 'none');
+	CREATE TABLE plain (scope text COLLATE "C");
+});
+like(fails($coord, q{SELECT inbox_distribute('loose')}),
+	qr/42P21: the distribution column scope of table public.loose has collation "default", not "C"/,
+	'inbox_distribute refuses a business table whose scope column is not of collation "C"');
+like(fails($coord, q{SELECT inbox_distribute('numbered')}),
+	qr/42804: the distribution column scope of table public.numbered is of type integer, not text/,
+	'inbox_distribute refuses a distribution column that is not text');
+like(fails($coord, q{SELECT inbox_distribute('plain')}),
+	qr/42809: table public.plain is not distributed by hash/,
+	'inbox_distribute refuses a table that is not distributed');
+like(fails($coord, q{SET ROLE billing_consumer; SELECT inbox_distribute('orders')}),
+	qr/42501/, 'inbox_distribute is not for applications');
+is($coord->sql(q{SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'inbox.%'}),
+	'0', 'and nothing was distributed by the refusals');
+
+is(fails($coord, q{SELECT inbox_distribute('orders')}), '', 'inbox_distribute(orders)');
+is( $coord->sql(q{
+		SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY logicalrelid::text)
+		  FROM pg_dist_partition WHERE logicalrelid::text LIKE 'inbox.%'
+			AND logicalrelid::text NOT LIKE 'inbox.entries\_p%'}),
+	'inbox.entries:h inbox.scope_grants:n',
+	'inbox.entries is distributed by hash, inbox.scope_grants is a reference table');
+is( $coord->sql(q{
+		SELECT count(*) FROM pg_dist_partition
+		 WHERE logicalrelid::text LIKE 'inbox.entries%'
+		   AND colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'orders'::regclass)}),
+	'9', 'inbox.entries and its 8 leaves are co-located with orders');
+is( $coord->sql(q{
+		SELECT count(*) FROM pg_dist_object
+		 WHERE classid = 'pg_proc'::regclass AND objid = ANY (inbox.delegated_functions())
+		   AND force_delegation AND distribution_argument_index = 0}),
+	'6', 'the six entry points of an effect\'s transaction are delegated by their scope');
+is($coord->sql(q{SELECT inbox_distribute('orders')}), '', 'inbox_distribute again changes nothing');
+is( join(' ', map {
+			$_->sql(q{SELECT has_function_privilege('billing_consumer', 'inbox_claim(text, text, bytea)', 'EXECUTE')
+						  AND NOT has_function_privilege('shipping_receiver', 'inbox_claim(text, text, bytea)', 'EXECUTE')})
+		} @nodes[1, 2]),
+	't t', 'the EXECUTE privileges given before inbox_distribute reached the workers');
+
+# --- claims, as the application role ----------------------------------------------
 
 is( $coord->sql(q{
+		SET ROLE billing_consumer;
 		BEGIN;
 		SELECT inbox_claim('billing', 'm1', '\x01');
 		INSERT INTO orders VALUES ('billing', 'm1', 10);
 		COMMIT;
 		SELECT inbox_claim('billing', 'm1', '\x01');
 		SELECT count(*) FROM orders WHERE message_id = 'm1';}),
-	"t\nf\n1", 'a claim and its effect commit together; the duplicate returns false');
-like(fails($coord, q{SET inbox.on_duplicate = raise; SELECT inbox_claim('billing', 'm1', '\x01')}),
-	qr/IB001/, 'a duplicate raises IB001 under on_duplicate = raise');
-like(fails($coord, q{SELECT inbox_claim('billing', 'm1', '\x02')}),
+	"t\nf\n1", 'an application role claims and writes its effect in one transaction; the duplicate returns false');
+is( $coord->sql(q{
+		SET ROLE billing_consumer;
+		BEGIN;
+		SELECT inbox_claim('billing', 'm2', '\x02');
+		INSERT INTO orders VALUES ('billing', 'm2', 10);
+		ROLLBACK;
+		SELECT inbox_claim('billing', 'm2', '\x02');}),
+	"t\nt", 'a claim rolled back with its effect leaves nothing: the message claims again');
+like(fails($coord, q{SET ROLE billing_consumer; SELECT inbox_claim('billing', 'm1', '\x02')}),
 	qr/IB002/, 'a different payload under the same id raises IB002');
-is($coord->sql(q{SELECT state FROM inbox_status('billing', 'm1')}),
+is($coord->sql(q{SET ROLE billing_consumer; SELECT state FROM inbox_status('billing', 'm1')}),
 	'done', 'inbox_status reads the entry');
 
+# Settings reach a delegated call by SET LOCAL (under
+# citus.propagate_set_commands = 'local') or by ALTER ROLE; a session's SET
+# stays on the coordinator (docs/scale-out.md)
+is($coord->sql(q{SET ROLE billing_consumer; SET inbox.on_duplicate = raise; SELECT inbox_claim('billing', 'm1', '\x01')}),
+	'f', 'a session SET of inbox.on_duplicate does not reach the delegated claim');
+like(
+	fails($coord, q{
+		SET ROLE billing_consumer;
+		BEGIN;
+		SET LOCAL citus.propagate_set_commands = 'local';
+		SET LOCAL inbox.on_duplicate = raise;
+		SELECT inbox_claim('billing', 'm1', '\x01');}),
+	qr/IB001/, 'SET LOCAL, propagated, reaches it: the duplicate raises IB001');
+$coord->sql(q{ALTER ROLE billing_consumer SET inbox.on_duplicate = raise});
+like(fails($coord, q{SELECT inbox_claim('billing', 'm1', '\x01')}, params => [ '-U', 'billing_consumer' ]),
+	qr/IB001/, 'ALTER ROLE ... SET reaches it on the workers');
+$coord->sql(q{ALTER ROLE billing_consumer RESET inbox.on_duplicate});
+
+# The batch: SELECT * FROM inbox_claim_many(...) is delegated like a claim
 is( $coord->sql(q{
-		SELECT string_agg(message_id || ':' || status, ' ' ORDER BY ordinality)
-		  FROM inbox_claim_many('billing', ARRAY['m1', 'b1', 'b2', 'b1'], NULL)}),
-	'm1:duplicate b1:claimed b2:claimed b1:duplicate',
-	'inbox_claim_many: duplicates, earlier and within the batch, and claims');
+		SET ROLE billing_consumer;
+		BEGIN;
+		SELECT ordinality || ':' || message_id || ':' || status
+		  FROM inbox_claim_many('billing', ARRAY['m1', 'b1', 'b2', 'b1'], NULL);
+		INSERT INTO orders VALUES ('billing', 'b1', 1), ('billing', 'b2', 1);
+		COMMIT;}),
+	"1:m1:duplicate\n2:b1:claimed\n3:b2:claimed\n4:b1:duplicate",
+	'inbox_claim_many and the effect in one transaction: duplicates, earlier and within the batch, and claims');
 is( $coord->sql(q{
-		SELECT string_agg(message_id || ':' || status, ' ' ORDER BY ordinality)
+		SET ROLE billing_consumer;
+		SELECT message_id || ':' || status
 		  FROM inbox_claim_many('billing', ARRAY['m1', 'b3'], ARRAY['\x02', '\x03']::bytea[],
 								on_mismatch => 'return')}),
-	'm1:mismatch b3:claimed', 'inbox_claim_many returns a mismatch as a status when asked');
-like(fails($coord, q{SELECT * FROM inbox_claim_many('billing', ARRAY['b4', 'm1'], ARRAY['\x04', '\x02']::bytea[])}),
+	"m1:mismatch\nb3:claimed", 'inbox_claim_many returns a mismatch as a status when asked');
+like(fails($coord, q{SET ROLE billing_consumer; SELECT * FROM inbox_claim_many('billing', ARRAY['b4', 'm1'], ARRAY['\x04', '\x02']::bytea[])}),
 	qr/IB002/, 'by default a mismatch raises IB002 for the whole batch');
 is( $coord->sql(q{SELECT string_agg(message_id, ' ' ORDER BY message_id) FROM inbox.entries
 				   WHERE scope = 'billing'}),
-	'b1 b2 b3 m1', 'exactly the claimed ids were written (b4 rolled back with its batch)');
+	'b1 b2 b3 m1 m2', 'exactly the claimed ids were written (b4 rolled back with its batch)');
+like(
+	fails($coord, q{
+		SET ROLE billing_consumer;
+		INSERT INTO orders SELECT 'billing', c.message_id, 1
+		  FROM inbox_claim_many('billing', ARRAY['b5'], NULL) AS c WHERE c.status = 'claimed';}),
+	qr/25001/,
+	'the one-statement form is not delegated: Citus refuses two users on one placement (docs/scale-out.md)');
+
+# Scope grants are read on the workers, where the delegated calls run
+like(fails($coord, q{SET ROLE intruder; SELECT inbox_claim('billing', 'i1')}),
+	qr/42501: permission denied for inbox scope "billing"/,
+	'a role not granted a reserved scope is refused on the worker');
+$coord->sql(q{SELECT inbox_grant('billing', 'intruder')});
+is($coord->sql(q{SET ROLE intruder; SELECT inbox_claim('billing', 'i1')}),
+	't', 'inbox_grant reaches the workers at once');
+$coord->sql(q{SELECT inbox_revoke('billing', 'intruder')});
+like(fails($coord, q{SET ROLE intruder; SELECT inbox_claim('billing', 'i2')}),
+	qr/42501/, 'and so does inbox_revoke');
+
+# Concurrency: a second claim of an id in flight waits on the worker, and
+# learns the first one's outcome
+sub lock_waiter_on_a_worker
+{
+	for (1 .. 10 * $PostgreSQL::Test::Utils::timeout_default)
+	{
+		for my $worker (@nodes[1, 2])
+		{
+			return 1
+			  if $worker->sql(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'}) > 0;
+		}
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
+
+sub concurrent_claim
+{
+	my ($id, $end) = @_;
+	my $first = $coord->background_psql('postgres');
+	$first->query_safe(qq{SET ROLE billing_consumer; BEGIN; SELECT inbox_claim('billing', '$id')});
+	my $second = $coord->background_psql('postgres', on_error_stop => 0);
+	$second->query_until(qr/started/, qq{SET ROLE billing_consumer;
+\\echo started
+SELECT inbox_claim('billing', '$id');
+});
+	ok(lock_waiter_on_a_worker(), "the second claim of $id waits for the first on the worker");
+	$first->query_safe(qq{INSERT INTO orders VALUES ('billing', '$id', 1)}) if $end eq 'COMMIT';
+	$first->query_safe($end);
+	$first->quit;
+	my $answer = $second->query_safe(q{SELECT 'done'});
+	$second->quit;
+	return $answer;
+}
+like(concurrent_claim('cc1', 'COMMIT'), qr/^f\s+done$/,
+	'the first committed: the waiting claim returns false');
+like(concurrent_claim('cc2', 'ROLLBACK'), qr/^t\s+done$/,
+	'the first rolled back: the waiting claim claims');
+{
+	my $first = $coord->background_psql('postgres');
+	$first->query_safe(q{SET ROLE billing_consumer; BEGIN; SELECT inbox_claim('billing', 'cc3')});
+	like(
+		fails($coord, q{
+			SET ROLE billing_consumer;
+			BEGIN;
+			SET LOCAL citus.propagate_set_commands = 'local';
+			SET LOCAL inbox.claim_timeout = 200;
+			SELECT inbox_claim('billing', 'cc3');}),
+		qr/IB003/, 'inbox.claim_timeout bounds a delegated claim\'s wait on the worker: IB003');
+	$first->query_safe('ROLLBACK');
+	$first->quit;
+}
 
 # --- the deferred mode, by receipt -------------------------------------------------------------------
 
+# The receiver stores, the worker polls under a lease and completes by
+# receipt in the effect's transaction; each as its own role
 is( $coord->sql(q{
+		SET ROLE shipping_receiver;
 		SELECT string_agg(message_id || ':' || status, ' ' ORDER BY ordinality)
 		  FROM inbox_receive_many('jobs', ARRAY['j1', 'j2', 'j1'],
 								  ARRAY['{"n": 1}', '{"n": 2}', '{"n": 1}']::jsonb[])}),
 	'j1:received j2:received j1:duplicate', 'inbox_receive_many');
 my ($id, $receipt) = split /\|/,
-  $coord->sql(q{SELECT message_id || '|' || receipt FROM inbox_poll('jobs', 1, '10 minutes')});
+  $coord->sql(q{SET ROLE shipping_worker; SELECT message_id || '|' || receipt FROM inbox_poll('jobs', 1, '10 minutes')});
 is($id, 'j1', 'inbox_poll under a lease takes the oldest message');
-is($coord->sql(q{SELECT count(*) FROM inbox_poll('jobs', 5, '10 minutes') WHERE message_id = 'j1'}),
+is($coord->sql(q{SET ROLE shipping_worker; SELECT count(*) FROM inbox_poll('jobs', 5, '10 minutes') WHERE message_id = 'j1'}),
 	'0', 'a message polled under a running lease is not handed out again');
-is($coord->sql(qq{SELECT inbox_extend('jobs', '$receipt'::uuid, '20 minutes') > now() + interval '15 minutes'}),
+is($coord->sql(qq{SET ROLE shipping_worker; SELECT inbox_extend('jobs', '$receipt'::uuid, '20 minutes') > now() + interval '15 minutes'}),
 	't', 'inbox_extend by receipt');
-is($coord->sql(qq{SELECT inbox_fail('jobs', '$receipt'::uuid, 'try again')}),
+is($coord->sql(qq{SET ROLE shipping_worker; SELECT inbox_fail('jobs', '$receipt'::uuid, 'try again')}),
 	'pending', 'inbox_fail by receipt puts the message back');
 ($id, $receipt) = split /\|/,
-  $coord->sql(q{SELECT message_id || '|' || receipt FROM inbox_poll('jobs', 1, '10 minutes') WHERE message_id = 'j1'});
-is( $coord->sql(qq{
+  $coord->sql(q{SET ROLE shipping_worker; SELECT message_id || '|' || receipt FROM inbox_poll('jobs', 1, '10 minutes') WHERE message_id = 'j1'});
+like( $coord->sql(qq{
+		SET ROLE shipping_worker;
 		BEGIN;
 		INSERT INTO orders VALUES ('jobs', '$id', 1);
+		SELECT inbox_extend('jobs', '$receipt'::uuid, '20 minutes');
 		SELECT inbox_complete('jobs', '$receipt'::uuid, '{"ok": true}');
 		COMMIT;
 		SELECT inbox_result('jobs', '$id');}),
-	qq{\n{"ok": true}}, 'inbox_complete by receipt in the effect\'s transaction; the result is kept');
+	qr/^20\d\d-.*\n\n\{"ok": true\}$/, 'inbox_extend and inbox_complete by receipt in the effect\'s transaction; the result is kept');
 
 # j2 was polled by the batch poll above: fail it until it dies
 $coord->sql(q{SELECT inbox_set_max_attempts('jobs', 2)});
 for my $round (1 .. 3)
 {
 	my $r = $coord->sql(q{SELECT receipt FROM inbox.entries WHERE scope = 'jobs' AND message_id = 'j2' AND state = 'r'})
-	  || $coord->sql(q{SELECT receipt FROM inbox_poll('jobs', 1, '10 minutes')});
+	  || $coord->sql(q{SET ROLE shipping_worker; SELECT receipt FROM inbox_poll('jobs', 1, '10 minutes')});
 	last if $r eq '';
-	$coord->sql(qq{SELECT inbox_fail('jobs', '$r'::uuid, 'broken')});
+	$coord->sql(qq{SET ROLE shipping_worker; SELECT inbox_fail('jobs', '$r'::uuid, 'broken')});
 }
-is($coord->sql(q{SELECT message_id || ':' || attempts FROM inbox_dead_letters WHERE scope = 'jobs'}),
-	'j2:2', 'a message failed max_attempts times is a dead letter');
+is($coord->sql(q{SET ROLE ops; SELECT message_id || ':' || attempts FROM inbox_dead_letters WHERE scope = 'jobs'}),
+	'j2:2', 'a message failed max_attempts times is a dead letter, which an operator sees');
+is($coord->sql(q{SET ROLE ops; SELECT scope || ':' || grantee FROM inbox_grants}),
+	'billing:billing_consumer', 'an operator reads the grants');
 
 # --- refused, with their reason ----------------------------------------------------------
 
 my %refused = (
 	'inbox_take' => q{SELECT * FROM inbox_take('jobs', 1)},
 	'inbox_poll without a lease' => q{SELECT * FROM inbox_poll('jobs', 1, NULL)},
-	'inbox.claim_timeout' => q{SET inbox.claim_timeout = 100; SELECT inbox_claim('billing', 'c1')},
+	'inbox.claim_timeout, in a claim the coordinator runs' =>
+	  q{SET inbox.claim_timeout = 100; SELECT count(inbox_claim('billing', 'c' || g)) FROM generate_series(1, 1) AS g},
 );
 for my $api (sort keys %refused)
 {
@@ -248,28 +417,56 @@ t",
 
 $coord->sql(q{SELECT inbox_stats_reset()});
 is( $coord->sql(q{
+		SET ROLE ops;
 		SELECT entries_retained || ' ' || dead || ' ' || pending || ' ' || (oldest_entry IS NOT NULL)
 		  FROM inbox_stats WHERE scope = 'jobs'}),
 	'2 1 0 true', 'inbox_stats_reset recounts, and inbox_stats reads the shards: retained, dead, pending');
 
+# --- load: the application's consumer, concurrent, with redeliveries --------------------------
+
+# 4 clients claim ids drawn from 300, in 8 scopes, for 5 seconds: many
+# redeliveries, many concurrent; an effect is written only for a claim
+$coord->pgbench(
+	'--no-vacuum --client=4 --time=5 --protocol=prepared --username=billing_consumer',
+	0, [qr{processed: [1-9]}], [qr{^$}], 'load as the application role',
+	{ 'load.sql' => q{
+\set m random(1, 300)
+BEGIN;
+SELECT inbox_claim('load-' || (:m % 8), 'm' || :m, '\x0102') AS claimed \gset
+\if :claimed
+INSERT INTO orders VALUES ('load-' || (:m % 8), 'm' || :m, 1);
+\endif
+COMMIT;
+} });
+is( $coord->sql(q{
+		SELECT (SELECT count(*) FROM (SELECT FROM orders WHERE scope LIKE 'load-%'
+									  GROUP BY scope, message_id HAVING count(*) > 1) AS d)
+			|| ' ' || (SELECT count(*) FROM inbox.entries AS e WHERE e.scope LIKE 'load-%'
+						  AND NOT EXISTS (SELECT FROM orders AS o WHERE o.scope = e.scope AND o.message_id = e.message_id))
+			|| ' ' || (SELECT count(*) FROM orders AS o WHERE o.scope LIKE 'load-%'
+						  AND NOT EXISTS (SELECT FROM inbox.entries AS e WHERE o.scope = e.scope AND o.message_id = e.message_id))}),
+	'0 0 0', 'under load: no effect doubled, no claim without its effect, no effect without its claim');
+
+# --- dropping the extension ---------------------------------------------------------------
+
 like(fails($coord, q{DROP EXTENSION inbox}), qr/2BP01/,
 	'DROP EXTENSION is guarded while entries exist');
-
-# --- an application role ------------------------------------------------------------------
-
-is($coord->sql(q{SET ROLE app; SELECT inbox_claim('shop', 'a1')}),
-	't', 'an application role claims alone');
-like(
-	fails($coord, q{
-		SET ROLE app;
-		BEGIN;
-		SELECT inbox_claim('shop', 'a2');
-		INSERT INTO orders VALUES ('shop', 'a2', 1);
-		COMMIT;}),
-	qr/25001/,
-	'an application role cannot write its effect where its claim wrote (docs/scale-out.md)');
-is($coord->sql(q{SELECT count(*) FROM inbox.entries WHERE message_id = 'a2'}),
-	'0', 'and nothing of that transaction remains');
+is( $coord->sql(q{
+		DELETE FROM inbox.entries;
+		DROP EXTENSION inbox;
+		SELECT count(*) FROM pg_namespace WHERE nspname = 'inbox';
+		SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'inbox.%';
+		SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass
+		   AND NOT EXISTS (SELECT FROM pg_proc WHERE oid = objid);}),
+	"0\n0\n0", 'without entries, DROP EXTENSION inbox drops it, and Citus forgets its tables and functions');
+is(join(' ', map { $_->sql(q{SELECT count(*) FROM pg_namespace WHERE nspname = 'inbox'}) } @nodes[1, 2]),
+	'0 0', 'on the workers too');
+is( $coord->sql(q{
+		CREATE EXTENSION inbox;
+		SET client_min_messages = warning;
+		SELECT inbox_distribute('orders');
+		SELECT inbox_claim('billing', 'again');}),
+	"\nt", 'and it can be created and distributed again');
 
 $_->stop for reverse @nodes;
 done_testing();
