@@ -56,7 +56,7 @@ ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 
 TAP_TESTS = 1
-PROVE_TESTS = test/t/*.pl
+PROVE_TESTS = test/t/*.pl test/citus/*.pl
 
 # The Debian package for PostgreSQL 15 is what the scripts install; any
 # other pg_config can be given on the command line.

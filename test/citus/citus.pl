@@ -1,4 +1,4 @@
-# test/t/018_citus.pl
+# test/citus/citus.pl
 #
 # The API on Citus, on a coordinator and two workers, with the inbox
 # distributed beside the business table by inbox_distribute() (the layout
@@ -220,16 +220,49 @@ like(
 	qr/25001/,
 	'the one-statement form is not delegated: Citus refuses two users on one placement (docs/scale-out.md)');
 
-# Scope grants are read on the workers, where the delegated calls run
-like(fails($coord, q{SET ROLE intruder; SELECT inbox_claim('billing', 'i1')}),
-	qr/42501: permission denied for inbox scope "billing"/,
-	'a role not granted a reserved scope is refused on the worker');
-$coord->sql(q{SELECT inbox_grant('billing', 'intruder')});
-is($coord->sql(q{SET ROLE intruder; SELECT inbox_claim('billing', 'i1')}),
-	't', 'inbox_grant reaches the workers at once');
-$coord->sql(q{SELECT inbox_revoke('billing', 'intruder')});
-like(fails($coord, q{SET ROLE intruder; SELECT inbox_claim('billing', 'i2')}),
-	qr/42501/, 'and so does inbox_revoke');
+# Scope grants are read on the workers, where the delegated calls run.
+# One session throughout: its calls as intruder reuse one connection to
+# the worker, whose backend caches the grants, so a grant or revoke must
+# reach that cache, not only a new backend.
+{
+	my $s = $coord->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe('\set VERBOSITY verbose');
+	my $as_intruder = sub {
+		my ($id) = @_;
+		my $out = $s->query(qq{SET ROLE intruder; SELECT inbox_claim('billing', '$id'); RESET ROLE;});
+		my $err = $s->{stderr};
+		$s->{stderr} = '';		# query() keeps it for the next query otherwise
+		return $err ne '' ? $err : $out;
+	};
+	like($as_intruder->('i0'), qr/42501: permission denied for inbox scope "billing"/,
+		'a role not granted a reserved scope is refused on the worker');
+	$s->query_safe(q{SELECT inbox_grant('billing', 'intruder')});
+	is($as_intruder->('i1'), 't', 'inbox_grant reaches the worker\'s cache of the grants at once');
+	$s->query_safe(q{SELECT inbox_revoke('billing', 'intruder')});
+	like($as_intruder->('i2'), qr/42501/, 'and so does inbox_revoke');
+	$s->quit;
+}
+
+# One transaction may claim in scopes held by two workers: each delegated
+# call goes to its scope's worker over the caller's connection, and Citus
+# commits the transaction on both
+my $elsewhere = $coord->sql(q{
+	SELECT s FROM generate_series(1, 100) AS g, LATERAL (SELECT 'elsewhere-' || g AS s) AS x
+	 WHERE (SELECT nodeport FROM citus_shards
+			 WHERE shardid = get_shard_id_for_distribution_column('orders', x.s))
+		<> (SELECT nodeport FROM citus_shards
+			 WHERE shardid = get_shard_id_for_distribution_column('orders', 'billing'))
+	 ORDER BY g LIMIT 1});
+is( $coord->sql(qq{
+		SET ROLE billing_consumer;
+		BEGIN;
+		SELECT inbox_claim('billing', 'two-1');
+		INSERT INTO orders VALUES ('billing', 'two-1', 1);
+		SELECT inbox_claim('$elsewhere', 'two-2');
+		INSERT INTO orders VALUES ('$elsewhere', 'two-2', 1);
+		COMMIT;
+		SELECT count(*) FROM orders WHERE message_id LIKE 'two-%';}),
+	"t\nt\n2", 'claims and effects in two scopes on two workers commit in one transaction');
 
 # Concurrency: a second claim of an id in flight waits on the worker, and
 # learns the first one's outcome
@@ -467,6 +500,8 @@ is( $coord->sql(q{
 		SELECT inbox_distribute('orders');
 		SELECT inbox_claim('billing', 'again');}),
 	"\nt", 'and it can be created and distributed again');
+is($coord->sql(q{DROP EXTENSION inbox CASCADE; SELECT count(*) FROM pg_namespace WHERE nspname = 'inbox'}),
+	'0', 'with CASCADE, DROP EXTENSION drops it with its entries');
 
 $_->stop for reverse @nodes;
 done_testing();
