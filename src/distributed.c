@@ -28,7 +28,13 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
+#include "commands/extension.h"
+#include "nodes/nodeFuncs.h"
+#include "optimizer/planner.h"
+#include "parser/parsetree.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/rel.h"
@@ -60,6 +66,12 @@ static const Refusal refusals[] = {
 		"Call the claim as a statement of its own (SELECT inbox_claim(...)), which inbox_distribute() has "
 		"Citus delegate to the worker, and give the timeout to that worker with SET LOCAL under "
 		"citus.propagate_set_commands = 'local', or ALTER ROLE ... SET; or set inbox.claim_timeout to 0."
+	},
+	[INBOX_REFUSE_ONE_ROW_FROM] = {
+		"call a delegated function with a FROM clause of one row",
+		"Citus 13 delegates such a call to a worker, and its deparser then crashes the coordinator (a "
+		"subquery without FROM, or VALUES of one row, that the planner flattened).",
+		"Call it without FROM, as SELECT inbox_claim($1, $2, $3), with parameters for the values."
 	},
 };
 
@@ -169,4 +181,107 @@ inbox_citus_worker_node(void)
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return worker;
+}
+
+/* ------------------------------------------------------------------------
+ * A guard against a crash in Citus
+ *
+ * Citus 13.2 crashes the coordinator's backend, and with it every session
+ * of the server, when it delegates a distributed function called with a
+ * FROM clause that the planner flattens into one row:
+ * SELECT inbox_claim(...) FROM (SELECT 1) AS s, or FROM (VALUES (...)) of
+ * one row.  Its delegation deparses the planned query, whose subquery the
+ * planner emptied.  Any distributed function trips it, not only the
+ * inbox's.  inbox_distribute() distributes the API's entry points, so this
+ * planner hook, which runs before Citus's, refuses those forms of a call
+ * of them with an error instead.  It looks at a query only when it has
+ * that shape, so the cost elsewhere is a few pointer tests.
+ * ------------------------------------------------------------------------
+ */
+static planner_hook_type prev_planner_hook = NULL;
+
+/*
+ * True if the query's FROM is one row that needs no table: no FROM at all,
+ * VALUES of one row, or a subquery of such, at any depth.
+ */
+static bool
+flattens_to_one_row(Query *query)
+{
+	FromExpr   *jointree = query->jointree;
+	Node	   *item;
+	RangeTblEntry *rte;
+
+	if (jointree == NULL || jointree->fromlist == NIL)
+		return true;
+	if (list_length(jointree->fromlist) != 1)
+		return false;
+	item = linitial(jointree->fromlist);
+	if (!IsA(item, RangeTblRef))
+		return false;
+	rte = rt_fetch(((RangeTblRef *) item)->rtindex, query->rtable);
+	if (rte->rtekind == RTE_VALUES)
+		return list_length(rte->values_lists) == 1;
+	if (rte->rtekind == RTE_SUBQUERY)
+		return flattens_to_one_row(rte->subquery);
+	return false;
+}
+
+/* Whether funcid is a function of extension inbox that Citus distributed */
+static bool
+delegated_inbox_function(Oid funcid)
+{
+	Oid			inbox = get_extension_oid("inbox", true);
+	Oid			dist;
+	Relation	rel;
+	ScanKeyData keys[2];
+	SysScanDesc scan;
+	bool		found;
+
+	if (!OidIsValid(inbox) || getExtensionOfObject(ProcedureRelationId, funcid) != inbox)
+		return false;
+	dist = get_relname_relid("pg_dist_object", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(dist))
+		return false;
+	/* Its columns classid and objid, the object's address */
+	rel = table_open(dist, AccessShareLock);
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(ProcedureRelationId));
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(funcid));
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 2, keys);
+	found = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+static bool
+calls_delegated_function(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, FuncExpr) && delegated_inbox_function(((FuncExpr *) node)->funcid))
+		return true;
+	return expression_tree_walker(node, calls_delegated_function, context);
+}
+
+static PlannedStmt *
+guard_planner(Query *parse, const char *query_string, int cursor_options,
+			  ParamListInfo bound_params)
+{
+	/* Citus looks only at a SELECT without WHERE over one FROM item */
+	if (parse->commandType == CMD_SELECT && parse->jointree != NULL &&
+		parse->jointree->quals == NULL && parse->jointree->fromlist != NIL &&
+		flattens_to_one_row(parse) &&
+		calls_delegated_function((Node *) parse->targetList, NULL))
+		inbox_refuse_if_distributed(INBOX_REFUSE_ONE_ROW_FROM);
+
+	if (prev_planner_hook)
+		return prev_planner_hook(parse, query_string, cursor_options, bound_params);
+	return standard_planner(parse, query_string, cursor_options, bound_params);
+}
+
+void
+distributed_init(void)
+{
+	prev_planner_hook = planner_hook;
+	planner_hook = guard_planner;
 }

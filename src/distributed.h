@@ -14,8 +14,11 @@
 typedef enum InboxRefusal
 {
 	INBOX_REFUSE_SESSION_TAKE,
-	INBOX_REFUSE_CLAIM_TIMEOUT
+	INBOX_REFUSE_CLAIM_TIMEOUT,
+	INBOX_REFUSE_ONE_ROW_FROM
 } InboxRefusal;
+
+extern void distributed_init(void);
 
 extern bool inbox_entries_distributed(void);
 extern void inbox_refuse_if_distributed(InboxRefusal which);

@@ -20,6 +20,7 @@
 
 #include "claim.h"
 #include "deferred.h"
+#include "distributed.h"
 #include "purge.h"
 #include "stats.h"
 #include "version.h"
@@ -40,6 +41,7 @@ _PG_init(void)
 	purge_init();				/* retention and purge batches */
 	worker_init();				/* the launcher and its purge workers */
 	stats_init();				/* the shared-memory counters */
+	distributed_init();			/* a guard against a crash in Citus */
 
 	MarkGUCPrefixReserved("inbox");
 }

@@ -362,6 +362,21 @@ is($coord->sql(q{SET ROLE ops; SELECT message_id || ':' || attempts FROM inbox_d
 is($coord->sql(q{SET ROLE ops; SELECT scope || ':' || grantee FROM inbox_grants}),
 	'billing:billing_consumer', 'an operator reads the grants');
 
+# Citus 13 crashes the server when it delegates a distributed function
+# called with a FROM clause of one row; the inbox refuses those forms of
+# its calls (src/distributed.c), and the server stays up
+for my $from (q{(SELECT 1) AS s}, q{(VALUES ('billing')) AS v(s)}, q{(SELECT * FROM (SELECT 1) AS a) AS b})
+{
+	like(fails($coord, qq{SET ROLE billing_consumer; SELECT inbox_claim('billing', 'from-1') FROM $from}),
+		qr/0A000: inbox cannot call a delegated function with a FROM clause of one row/,
+		"a claim FROM $from is refused");
+}
+is($coord->sql(q{SET ROLE billing_consumer; SELECT inbox_claim(v.s, v.i) FROM (VALUES ('billing', 'from-2'), ('billing', 'from-3')) AS v(s, i)}),
+	"t\nt", 'FROM VALUES of two rows is not delegated, and works');
+is($coord->sql(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'}) > 0 ? 'up' : 'down',
+	'up', 'and the server never restarted');
+unlike(slurp_file($coord->logfile), qr/terminated by signal/, 'no backend of the coordinator crashed');
+
 # --- refused, with their reason ----------------------------------------------------------
 
 my %refused = (
