@@ -220,9 +220,10 @@ END
 $$;
 
 /*
- * fail and extend by owner session or by receipt.  Each pair shares one
- * body: the UPDATE matches the session's own message (p_receipt NULL), or
- * the message the receipt holds.
+ * fail by owner session or by receipt: one body, whose UPDATE matches the
+ * session's own message (p_receipt NULL), or the message the receipt
+ * holds.  extend by owner session is below; extend by receipt is C
+ * (src/deferred.c), so that Citus can delegate it.
  */
 CREATE FUNCTION inbox.fail_message(p_scope text, p_id text, p_receipt uuid,
 								   p_error text, p_retry_after interval)
@@ -285,15 +286,15 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION inbox.extend_lease(p_scope text, p_id text, p_receipt uuid, p_lease interval)
+CREATE FUNCTION inbox.extend_lease(p_scope text, p_id text, p_lease interval)
 RETURNS timestamptz
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	until timestamptz;
-	-- Values, not functions, in the UPDATEs: see inbox.fail_message
-	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
+	-- Values, not functions, in the UPDATE: see inbox.fail_message
+	me bigint := inbox.session_key();
 	lease_end timestamptz;
 BEGIN
 	IF p_lease IS NULL OR p_lease <= interval '0' THEN
@@ -303,30 +304,16 @@ BEGIN
 	lease_end := pg_catalog.clock_timestamp() + p_lease;
 	-- A message polled under a lease is due when its lease runs out; one
 	-- bound to its session stays due from its take (src/deferred.c).
-	IF p_receipt IS NULL THEN
-		UPDATE inbox.entries AS e
-		   SET lease_until = lease_end,
-			   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
-		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
-		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-		   AND e.state = 'r' AND e.owner_session = me
-		RETURNING e.lease_until INTO until;
-		IF NOT FOUND THEN
-			PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
-		END IF;
-	ELSE
-		UPDATE inbox.entries AS e
-		   SET lease_until = lease_end,
-			   due = CASE WHEN e.lease_until IS NULL THEN e.due ELSE lease_end END
-		 WHERE e.receipt = p_receipt
-		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND e.state = 'r'
-		   AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt)
-		RETURNING e.lease_until INTO until;
-		IF NOT FOUND THEN
-			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'extended');
-		END IF;
+	UPDATE inbox.entries AS e
+	   SET lease_until = lease_end,
+		   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+	   AND e.state = 'r' AND e.owner_session = me
+	RETURNING e.lease_until INTO until;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
 	END IF;
 	RETURN until;
 END
@@ -368,8 +355,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	PERFORM inbox.check_key(inbox_extend.scope, inbox_extend.message_id, true);
-	RETURN inbox.extend_lease(inbox_extend.scope, inbox_extend.message_id, NULL,
-							  inbox_extend.lease);
+	RETURN inbox.extend_lease(inbox_extend.scope, inbox_extend.message_id, inbox_extend.lease);
 END
 $$;
 
@@ -1406,7 +1392,7 @@ REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, uuid, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) FROM PUBLIC;

@@ -243,6 +243,23 @@ like(
 	$s->quit;
 }
 
+# Streams: the offsets stay on the coordinator (inbox.offsets is local),
+# and a stream claim commits with its effect on the worker
+$coord->sql(q{GRANT EXECUTE ON FUNCTION inbox_claim_offset(text, text, bigint, boolean) TO billing_consumer});
+is( $coord->sql(q{
+		SET ROLE billing_consumer;
+		BEGIN;
+		SELECT inbox_claim_offset('billing', 'stream-1', 1);
+		INSERT INTO orders VALUES ('billing', 'stream-1:1', 1);
+		COMMIT;
+		SELECT inbox_claim_offset('billing', 'stream-1', 1);
+		BEGIN;
+		SELECT inbox_claim_offset('billing', 'stream-1', 2);
+		INSERT INTO orders VALUES ('billing', 'stream-1:2', 1);
+		ROLLBACK;
+		SELECT inbox_claim_offset('billing', 'stream-1', 2);}),
+	"t\nf\nt\nt", 'inbox_claim_offset with its effect, a duplicate, and a rollback that claims again');
+
 # One transaction may claim in scopes held by two workers: each delegated
 # call goes to its scope's worker over the caller's connection, and Citus
 # commits the transaction on both
