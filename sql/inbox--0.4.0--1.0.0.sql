@@ -1588,9 +1588,9 @@ BEGIN
 	FOREACH obj IN ARRAY tables LOOP
 		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP TABLE %s', obj);
 	END LOOP;
+	-- The parents; their leaves go with them
 	FOREACH obj IN ARRAY tables LOOP
-		IF pg_catalog.to_regclass(obj::text) IS NOT NULL
-		   AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = obj) THEN
+		IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = obj AND NOT c.relispartition) THEN
 			EXECUTE pg_catalog.format('DROP TABLE %s', obj);
 		END IF;
 	END LOOP;

@@ -24,6 +24,14 @@ export PG_CONFIG
 bash "$top/test/ensure-deps.sh"
 
 # Build and install.  Errors and warnings (which -Werror makes errors) show.
+# PGXS keeps object files built against another PostgreSQL's headers
+# (they are newer than the sources), and the library would then fail to
+# load: build from clean whenever the server's headers change.
+built_for=$("$PG_CONFIG" --version)" $("$PG_CONFIG" --includedir-server)"
+if [ "$(cat "$top/.built-for" 2>/dev/null)" != "$built_for" ]; then
+	make -C "$top" -s PG_CONFIG="$PG_CONFIG" clean >/dev/null
+	printf '%s\n' "$built_for" >"$top/.built-for"
+fi
 make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null
 
 # True when the installed extension is byte for byte what was just built.
