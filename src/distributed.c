@@ -28,6 +28,7 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/xact.h"
 #include "catalog/dependency.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
@@ -36,6 +37,7 @@
 #include "optimizer/planner.h"
 #include "parser/parsetree.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/rel.h"
 
@@ -72,6 +74,14 @@ static const Refusal refusals[] = {
 		"Citus 13 delegates such a call to a worker, and its deparser then crashes the coordinator (a "
 		"subquery without FROM, or VALUES of one row, that the planner flattened).",
 		"Call it without FROM, as SELECT inbox_claim($1, $2, $3), with parameters for the values."
+	},
+	[INBOX_REFUSE_SESSION_SETTING] = {
+		"call a delegated function under a session's inbox.on_duplicate or inbox.claim_timeout",
+		"Citus runs the call on the worker that holds the scope, whose backend does not see a setting made by "
+		"SET in this session: a duplicate would return false where this session expects IB001, or a claim "
+		"would wait without this session's bound.",
+		"Give the setting to the role (ALTER ROLE ... SET), which Citus propagates to every node; or, in a "
+		"transaction, SET LOCAL it after SET LOCAL citus.propagate_set_commands = 'local'."
 	},
 };
 
@@ -260,19 +270,80 @@ calls_delegated_function(Node *node, void *context)
 		return false;
 	if (IsA(node, FuncExpr) && delegated_inbox_function(((FuncExpr *) node)->funcid))
 		return true;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, calls_delegated_function, context, 0);
 	return expression_tree_walker(node, calls_delegated_function, context);
+}
+
+/*
+ * True if Citus may delegate the query's function call: a SELECT without
+ * WHERE, and without FROM or FROM one function (what Citus's
+ * TryToDelegateFunctionCall looks for).
+ */
+static bool
+may_be_delegated(Query *parse)
+{
+	FromExpr   *jointree = parse->jointree;
+	Node	   *item;
+
+	if (jointree == NULL || jointree->quals != NULL)
+		return false;
+	if (jointree->fromlist == NIL)
+		return true;
+	if (list_length(jointree->fromlist) != 1)
+		return false;
+	item = linitial(jointree->fromlist);
+	return IsA(item, RangeTblRef) &&
+		rt_fetch(((RangeTblRef *) item)->rtindex, parse->rtable)->rtekind == RTE_FUNCTION;
+}
+
+/*
+ * True if this session changed setting name from the value a new backend
+ * of this role starts with, in a way that Citus does not carry to the
+ * workers.  A SET LOCAL under citus.propagate_set_commands = 'local'
+ * reaches them; so does ALTER ROLE ... SET, which is part of the value a
+ * backend starts with.  (On a worker, which runs the delegated call with
+ * the SET LOCAL it received, the check is not made.)
+ */
+static bool
+setting_stays_here(const char *name)
+{
+	const char *current = GetConfigOption(name, true, false);
+	const char *reset = GetConfigOptionResetString(name);
+	const char *propagate;
+
+	if (current == NULL || reset == NULL || strcmp(current, reset) == 0)
+		return false;
+	propagate = GetConfigOption("citus.propagate_set_commands", true, false);
+	if (propagate != NULL && strcmp(propagate, "local") == 0 && IsTransactionBlock())
+		return false;
+	return true;
 }
 
 static PlannedStmt *
 guard_planner(Query *parse, const char *query_string, int cursor_options,
 			  ParamListInfo bound_params)
 {
-	/* Citus looks only at a SELECT without WHERE over one FROM item */
-	if (parse->commandType == CMD_SELECT && parse->jointree != NULL &&
-		parse->jointree->quals == NULL && parse->jointree->fromlist != NIL &&
-		flattens_to_one_row(parse) &&
-		calls_delegated_function((Node *) parse->targetList, NULL))
-		inbox_refuse_if_distributed(INBOX_REFUSE_ONE_ROW_FROM);
+	/* Whether inbox.entries is distributed is a cached answer: it goes first */
+	if (parse->commandType == CMD_SELECT && inbox_entries_distributed())
+	{
+		/* Citus looks only at a SELECT without WHERE over one FROM item */
+		if (parse->jointree != NULL && parse->jointree->quals == NULL &&
+			parse->jointree->fromlist != NIL && flattens_to_one_row(parse) &&
+			calls_delegated_function((Node *) parse->targetList, NULL))
+			inbox_refuse_if_distributed(INBOX_REFUSE_ONE_ROW_FROM);
+
+		/*
+		 * The settings first: they are string comparisons, and almost
+		 * always equal, so the query is walked only when one differs.
+		 */
+		if ((setting_stays_here("inbox.on_duplicate") ||
+			 setting_stays_here("inbox.claim_timeout")) &&
+			may_be_delegated(parse) &&
+			calls_delegated_function((Node *) parse, NULL) &&
+			!inbox_citus_worker_node())
+			inbox_refuse_if_distributed(INBOX_REFUSE_SESSION_SETTING);
+	}
 
 	if (prev_planner_hook)
 		return prev_planner_hook(parse, query_string, cursor_options, bound_params);

@@ -15,7 +15,8 @@ typedef enum InboxRefusal
 {
 	INBOX_REFUSE_SESSION_TAKE,
 	INBOX_REFUSE_CLAIM_TIMEOUT,
-	INBOX_REFUSE_ONE_ROW_FROM
+	INBOX_REFUSE_ONE_ROW_FROM,
+	INBOX_REFUSE_SESSION_SETTING
 } InboxRefusal;
 
 extern void distributed_init(void);
