@@ -83,6 +83,12 @@ static const Refusal refusals[] = {
 		"Give the setting to the role (ALTER ROLE ... SET), which Citus propagates to every node; or, in a "
 		"transaction, SET LOCAL it after SET LOCAL citus.propagate_set_commands = 'local'."
 	},
+	[INBOX_REFUSE_PURGE_ON_WORKER] = {
+		"purge on a Citus worker (inbox_purge)",
+		"The coordinator keeps the scopes' retention clocks and overrides, and purges every shard; this "
+		"worker's inbox.scopes is not theirs, and a purge here would apply the wrong retention.",
+		"Run inbox_purge() on the coordinator, or let its purge worker run."
+	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */

@@ -604,6 +604,8 @@ purge_round(void)
 Datum
 inbox_purge_1_0(PG_FUNCTION_ARGS)
 {
+	if (inbox_citus_worker_node())
+		inbox_refuse_if_distributed(INBOX_REFUSE_PURGE_ON_WORKER);
 	PG_RETURN_INT64(purge_round());
 }
 

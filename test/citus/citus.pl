@@ -418,6 +418,9 @@ for my $api (sort keys %refused)
 }
 is($coord->sql(q{SELECT count(*) FROM inbox.entries WHERE message_id = 'c1'}),
 	'0', 'the refused claim wrote nothing');
+like(fails($nodes[1], q{SELECT inbox_purge()}),
+	qr/0A000: inbox cannot purge on a Citus worker \(inbox_purge\)/,
+	'inbox_purge() on a worker is refused: the coordinator purges');
 
 # --- retention -----------------------------------------------------------------------------
 
