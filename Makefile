@@ -19,6 +19,7 @@ OBJS = \
 	src/version.o \
 	src/keys.o \
 	src/claim.o \
+	src/direct.o \
 	src/offsets.o \
 	src/forget.o \
 	src/access.o \

@@ -199,3 +199,57 @@ SELECT message_id, amount FROM invoices_one ORDER BY 1;
 SELECT state FROM inbox_status('one', 'one-1');
 DROP TABLE invoices_one;
 SELECT inbox_drop_scope('one');
+
+--
+-- The two ways a claim writes its entry: without the planner (src/direct.c,
+-- the default) and through SPI (inbox.direct_insert = off).  The outcomes,
+-- and the entries, are the same, and each sees the other's.
+--
+SET inbox.direct_insert = off;
+SELECT inbox_claim('paths', 'spi-1', '\x01') AS spi_new;
+SELECT inbox_claim('paths', 'spi-1', '\x01') AS spi_duplicate;
+RESET inbox.direct_insert;
+SELECT inbox_claim('paths', 'spi-1', '\x01') AS direct_sees_spi;
+SELECT inbox_claim('paths', 'direct-1', '\x01') AS direct_new;
+SET inbox.direct_insert = off;
+SELECT inbox_claim('paths', 'direct-1', '\x01') AS spi_sees_direct;
+\set VERBOSITY terse
+SELECT inbox_claim('paths', 'direct-1', '\x02') AS spi_mismatch;
+RESET inbox.direct_insert;
+SELECT inbox_claim('paths', 'spi-1', '\x02') AS direct_mismatch;
+\set VERBOSITY default
+BEGIN;
+SELECT inbox_claim('paths', 'direct-2') AS direct_new, inbox_claim('paths', 'direct-2') AS same_statement;
+SET LOCAL inbox.direct_insert = off;
+SELECT inbox_claim('paths', 'direct-2') AS spi_same_transaction;
+COMMIT;
+SELECT message_id, tableoid::regclass AS leaf, bucket = inbox.bucket(scope, message_id) AS bucket_ok,
+	   payload_hash, state, num_nulls(payload, payload_bytes, attempts, owner_session, taken_at,
+									  lease_until, due, receipt, last_error, result, finished_at) AS nulls
+FROM inbox.entries WHERE scope = 'paths' ORDER BY 1;
+
+-- The direct way is taken only for a leaf exactly as sql/inbox.sql makes
+-- it; anything else sends the claim through SPI, which does what the
+-- table asks: here a CHECK and a trigger added by hand.
+ALTER TABLE inbox.entries ADD CONSTRAINT entries_test_check CHECK (message_id <> 'refused');
+\set VERBOSITY terse
+SELECT inbox_claim('paths', 'refused');
+\set VERBOSITY default
+ALTER TABLE inbox.entries DROP CONSTRAINT entries_test_check;
+CREATE FUNCTION entries_test_trigger() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN RAISE NOTICE 'trigger saw %', NEW.message_id; RETURN NEW; END $$;
+CREATE TRIGGER entries_test_trigger BEFORE INSERT ON inbox.entries
+	FOR EACH ROW EXECUTE FUNCTION entries_test_trigger();
+SELECT inbox_claim('paths', 'triggered');
+DROP TRIGGER entries_test_trigger ON inbox.entries;
+DROP FUNCTION entries_test_trigger();
+SELECT inbox_claim('paths', 'refused') AS direct_again;
+
+-- The setting is a superuser's: both ways arbitrate alike, but only one is
+-- fast, and it is not an application's to choose.
+CREATE ROLE paths_app;
+SET ROLE paths_app;
+SET inbox.direct_insert = off;
+RESET ROLE;
+DROP ROLE paths_app;
+SELECT inbox_drop_scope('paths');

@@ -59,6 +59,7 @@
 
 #include "claim.h"
 #include "compat.h"
+#include "direct.h"
 #include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
@@ -354,9 +355,56 @@ lookup_entry(const KeyPlans *kp, text *scope, text *message_id, InboxEntry *entr
  * caller asked for a bounded claim and must be able to tell "held by a
  * concurrent claim, try later" from its other errors.
  */
-int
-inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
-					  const text *scope, const text *key, const char *kind)
+/*
+ * A statement of a claim, run by run_bounded(): through SPI, or direct.c's
+ * insertion of a claim's entry.
+ */
+typedef int (*BoundedCall) (void *arg);
+
+typedef struct SpiCall
+{
+	SPIPlanPtr	plan;
+	Datum	   *values;
+	const char *nulls;
+} SpiCall;
+
+static int
+spi_call(void *arg)
+{
+	SpiCall    *c = (SpiCall *) arg;
+
+	return SPI_execute_plan(c->plan, c->values, c->nulls, false, 0);
+}
+
+typedef struct DirectCall
+{
+	int			bucket;
+	text	   *scope;
+	text	   *message_id;
+	bytea	   *payload_hash;
+} DirectCall;
+
+static int
+direct_call(void *arg)
+{
+	DirectCall *c = (DirectCall *) arg;
+
+	return (int) inbox_direct_insert(c->bucket, c->scope, c->message_id, c->payload_hash);
+}
+
+/*
+ * Run a statement of a claim under inbox.claim_timeout: key is the message
+ * id, or the stream (kind "stream"), or NULL for a batch's INSERT.  With no
+ * timeout set, it is a plain call.  The timeout is applied as lock_timeout
+ * in a GUC nest level of its own, so it covers exactly this statement and
+ * is undone on success and on error alike; its expiry is reported as IB003
+ * rather than as a generic lock timeout, because the caller asked for a
+ * bounded claim and must be able to tell "held by a concurrent claim, try
+ * later" from its other errors.
+ */
+static int
+run_bounded(BoundedCall call, void *arg,
+			const text *scope, const text *key, const char *kind)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	int			nestlevel;
@@ -364,7 +412,7 @@ inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 	int			rc = 0;
 
 	if (claim_timeout <= 0)
-		return SPI_execute_plan(plan, values, nulls, false, 0);
+		return call(arg);
 	/*
 	 * On a Citus coordinator the wait would happen on a worker, out of this
 	 * timeout's reach.  A claim delegated to the worker (inbox_distribute)
@@ -380,7 +428,7 @@ inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 							 GUC_ACTION_SAVE, true, 0, false);
 	PG_TRY();
 	{
-		rc = SPI_execute_plan(plan, values, nulls, false, 0);
+		rc = call(arg);
 	}
 	PG_CATCH();
 	{
@@ -409,17 +457,36 @@ inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
 	return rc;
 }
 
+/* SPI_execute_plan under inbox.claim_timeout (see run_bounded) */
+int
+inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
+					  const text *scope, const text *key, const char *kind)
+{
+	SpiCall		c = {plan, values, nulls};
+
+	return run_bounded(spi_call, &c, scope, key, kind);
+}
+
 /*
- * Try to insert the entry with plan (the claim's or the receive's INSERT ...
- * ON CONFLICT DO NOTHING); true if this call inserted it.
+ * Try to insert the entry of kind (the claim's or the receive's INSERT ...
+ * ON CONFLICT DO NOTHING); true if this call inserted it.  A claim's entry
+ * is written by direct.c where it can, with the same arbitration.
  */
 static bool
-insert_entry(SPIPlanPtr plan, Datum *values, const char *nulls,
-			 text *scope, text *message_id)
+insert_entry(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls,
+			 text *scope, text *message_id, bytea *payload_hash)
 {
 	int			rc;
 
-	rc = inbox_execute_bounded(plan, values, nulls, scope, message_id, "message");
+	if (kind == LEAF_INSERT && !kp->legacy && inbox_direct_available())
+	{
+		DirectCall	c = {kp->bucket, scope, message_id, payload_hash};
+
+		rc = run_bounded(direct_call, &c, scope, message_id, "message");
+		if (rc != INBOX_DIRECT_UNAVAILABLE)
+			return rc == INBOX_DIRECT_INSERTED;
+	}
+	rc = inbox_execute_bounded(key_plan(kp, kind), values, nulls, scope, message_id, "message");
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return SPI_processed == 1;
@@ -482,14 +549,13 @@ static bool
 claim_key(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls,
 		  text *scope, text *message_id, bytea *payload_hash)
 {
-	SPIPlanPtr	plan = key_plan(kp, kind);
 	int			attempt;
 
 	for (attempt = 1;; attempt++)
 	{
 		InboxEntry	entry;
 
-		if (insert_entry(plan, values, nulls, scope, message_id))
+		if (insert_entry(kp, kind, values, nulls, scope, message_id, payload_hash))
 		{
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			return true;
@@ -918,8 +984,8 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 			values[5] = batch->not_before;
 			nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
 		}
-		if (insert_entry(key_plan(&kp, receive ? LEAF_RECEIVE : LEAF_INSERT),
-						 values, nulls, batch->scope, item->message_id))
+		if (insert_entry(&kp, receive ? LEAF_RECEIVE : LEAF_INSERT, values, nulls,
+						 batch->scope, item->message_id, item->payload_hash))
 		{
 			item->status = batch->done;
 			item->stored_hash = item->payload_hash;

@@ -13,6 +13,7 @@
 #define INBOX_COMPAT_H
 
 #include "catalog/pg_database.h"
+#include "executor/executor.h"
 #include "storage/lock.h"
 #include "utils/guc.h"
 
@@ -75,6 +76,33 @@ inbox_lock_held(const LOCKTAG *tag, LOCKMODE mode)
 	return LockHeldByMe(tag, mode, false);
 #else
 	return LockHeldByMe(tag, mode);
+#endif
+}
+
+/*
+ * The executor's routines of a speculative insertion (direct.c).
+ * ExecInsertIndexTuples took "onlySummarizing" in 16;
+ * ExecCheckIndexConstraints took the TID of a tuple to ignore in 18.
+ */
+static inline List *
+inbox_insert_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate,
+						  bool *spec_conflict, List *arbiter)
+{
+#if PG_VERSION_NUM >= 160000
+	return ExecInsertIndexTuples(rri, slot, estate, false, true, spec_conflict, arbiter, false);
+#else
+	return ExecInsertIndexTuples(rri, slot, estate, false, true, spec_conflict, arbiter);
+#endif
+}
+
+static inline bool
+inbox_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate,
+							  ItemPointer conflict_tid, List *arbiter)
+{
+#if PG_VERSION_NUM >= 180000
+	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, NULL, arbiter);
+#else
+	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, arbiter);
 #endif
 }
 

@@ -93,12 +93,16 @@ static const Refusal refusals[] = {
 
 /* -1: not known yet; else whether inbox.entries is distributed */
 static int	entries_distributed = -1;
+
+/* -1: not known yet; else whether Citus's catalogs exist in this database */
+static int	citus_installed = -1;
 static bool callback_registered = false;
 
 static void
 forget_answer(Datum arg, Oid relid)
 {
 	entries_distributed = -1;
+	citus_installed = -1;
 }
 
 /*
@@ -132,8 +136,8 @@ lookup(void)
 	return found;
 }
 
-bool
-inbox_entries_distributed(void)
+static void
+register_callback(void)
 {
 	if (!callback_registered)
 	{
@@ -145,9 +149,30 @@ inbox_entries_distributed(void)
 		CacheRegisterRelcacheCallback(forget_answer, (Datum) 0);
 		callback_registered = true;
 	}
+}
+
+bool
+inbox_entries_distributed(void)
+{
+	register_callback();
 	if (entries_distributed < 0)
 		entries_distributed = lookup() ? 1 : 0;
 	return entries_distributed == 1;
+}
+
+/*
+ * Whether Citus is installed in this database, distributing inbox.entries
+ * or not: on a worker, a leaf may be a shell whose rows live in shards,
+ * so only statements that Citus plans may touch it (direct.c).
+ */
+bool
+inbox_citus_installed(void)
+{
+	register_callback();
+	if (citus_installed < 0)
+		citus_installed =
+			OidIsValid(get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE)) ? 1 : 0;
+	return citus_installed == 1;
 }
 
 void

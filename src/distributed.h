@@ -25,5 +25,6 @@ extern void distributed_init(void);
 extern bool inbox_entries_distributed(void);
 extern void inbox_refuse_if_distributed(InboxRefusal which);
 extern bool inbox_citus_worker_node(void);
+extern bool inbox_citus_installed(void);
 
 #endif							/* INBOX_DISTRIBUTED_H */

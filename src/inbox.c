@@ -20,6 +20,7 @@
 
 #include "claim.h"
 #include "deferred.h"
+#include "direct.h"
 #include "distributed.h"
 #include "purge.h"
 #include "stats.h"
@@ -36,6 +37,7 @@ _PG_init(void)
 {
 	version_init();				/* which SQL this library serves */
 	claim_init();				/* inbox.on_duplicate, inbox.claim_timeout */
+	direct_init();				/* inbox.direct_insert */
 	deferred_init();			/* inbox.max_attempts */
 	wakeup_init();				/* waiting takes, woken at commit */
 	purge_init();				/* retention and purge batches */

@@ -1,0 +1,27 @@
+/*-------------------------------------------------------------------------
+ *
+ * direct.h
+ *	  A claim's entry written into its leaf without the planner.
+ *
+ * src/direct.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_DIRECT_H
+#define INBOX_DIRECT_H
+
+#include "fmgr.h"
+
+typedef enum InboxDirectResult
+{
+	INBOX_DIRECT_INSERTED,		/* this call wrote the entry */
+	INBOX_DIRECT_CONFLICT,		/* an entry of the key exists */
+	INBOX_DIRECT_UNAVAILABLE	/* nothing done: use SPI */
+} InboxDirectResult;
+
+extern void direct_init(void);
+extern bool inbox_direct_available(void);
+extern InboxDirectResult inbox_direct_insert(int bucket, text *scope, text *message_id,
+											 bytea *payload_hash);
+
+#endif							/* INBOX_DIRECT_H */
