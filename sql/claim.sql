@@ -245,6 +245,23 @@ DROP TRIGGER entries_test_trigger ON inbox.entries;
 DROP FUNCTION entries_test_trigger();
 SELECT inbox_claim('paths', 'refused') AS direct_again;
 
+-- Every index of the leaves holds exactly the entries it should, whichever
+-- way they were written (amcheck, heapallindexed): the partial indexes of
+-- the deferred mode, which direct.c leaves out for a claim, hold none of
+-- them, and a partial index that takes done entries gets them.
+CREATE EXTENSION amcheck;
+CREATE INDEX entries_test_done ON inbox.entries (message_id) WHERE state = 'd';
+SELECT inbox_claim('paths', 'indexed-' || g) AS direct_new FROM generate_series(1, 3) g;
+SELECT inbox_receive('paths', 'received-1', '{}'::jsonb) AS received;
+SELECT count(*) AS indexes_checked
+FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+WHERE c.relnamespace = 'inbox'::regnamespace AND c.relname LIKE 'entries_p_'
+  AND bt_index_check(i.indexrelid, true) IS NOT NULL;
+SELECT count(*) AS done_in_test_index FROM inbox.entries
+WHERE state = 'd' AND message_id LIKE 'indexed-%' AND scope = 'paths';
+DROP INDEX inbox.entries_test_done;
+DROP EXTENSION amcheck;
+
 -- The setting is a superuser's: both ways arbitrate alike, but only one is
 -- fast, and it is not an application's to choose.
 CREATE ROLE paths_app;

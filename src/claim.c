@@ -388,8 +388,14 @@ static int
 direct_call(void *arg)
 {
 	DirectCall *c = (DirectCall *) arg;
+	InboxDirectWriter *w = inbox_direct_begin();
+	InboxDirectResult r;
 
-	return (int) inbox_direct_insert(c->bucket, c->scope, c->message_id, c->payload_hash);
+	if (w == NULL)
+		return INBOX_DIRECT_UNAVAILABLE;
+	r = inbox_direct_write(w, c->bucket, c->scope, c->message_id, c->payload_hash);
+	inbox_direct_end(w);
+	return (int) r;
 }
 
 /*
@@ -474,11 +480,11 @@ inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
  */
 static bool
 insert_entry(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls,
-			 text *scope, text *message_id, bytea *payload_hash)
+			 text *scope, text *message_id, bytea *payload_hash, bool try_direct)
 {
 	int			rc;
 
-	if (kind == LEAF_INSERT && !kp->legacy && inbox_direct_available())
+	if (try_direct && kind == LEAF_INSERT && !kp->legacy)
 	{
 		DirectCall	c = {kp->bucket, scope, message_id, payload_hash};
 
@@ -555,7 +561,7 @@ claim_key(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls,
 	{
 		InboxEntry	entry;
 
-		if (insert_entry(kp, kind, values, nulls, scope, message_id, payload_hash))
+		if (insert_entry(kp, kind, values, nulls, scope, message_id, payload_hash, true))
 		{
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			return true;
@@ -952,6 +958,15 @@ batch_duplicate(text *scope, BatchItem *item, bool raise, bytea *stored,
 	}
 }
 
+/* item's entry was written by this batch */
+static void
+batch_written(Batch *batch, BatchItem *item)
+{
+	item->status = batch->done;
+	item->stored_hash = item->payload_hash;
+	inbox_stats_count(batch->scope, INBOX_COUNT_CLAIM);
+}
+
 /*
  * A batch's INSERT as one single claim (or receive) per id, in pending's
  * order, for a distributed inbox.entries (see claim_many).  Returns how
@@ -985,15 +1000,71 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 			nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
 		}
 		if (insert_entry(&kp, receive ? LEAF_RECEIVE : LEAF_INSERT, values, nulls,
-						 batch->scope, item->message_id, item->payload_hash))
+						 batch->scope, item->message_id, item->payload_hash, false))
 		{
-			item->status = batch->done;
-			item->stored_hash = item->payload_hash;
-			inbox_stats_count(batch->scope, INBOX_COUNT_CLAIM);
+			batch_written(batch, item);
 			inserted++;
 		}
 	}
 	return inserted;
+}
+
+/* One batch's claims written by direct.c (run by run_bounded) */
+typedef struct BatchDirectCall
+{
+	Batch	   *batch;
+	BatchItem **pending;
+	int			npending;
+	uint64		inserted;
+} BatchDirectCall;
+
+/*
+ * A batch's claims, in pending's order, each written as a single claim's
+ * would be by direct.c, with the executor's arbitration per id (see
+ * claim_many).  A leaf that direct.c cannot write takes the single claim's
+ * INSERT.  INBOX_DIRECT_UNAVAILABLE, having written nothing, where claims
+ * must take SPI.
+ */
+static int
+batch_direct_call(void *arg)
+{
+	BatchDirectCall *c = (BatchDirectCall *) arg;
+	Batch	   *batch = c->batch;
+	InboxDirectWriter *w = inbox_direct_begin();
+	int			i;
+
+	if (w == NULL)
+		return INBOX_DIRECT_UNAVAILABLE;
+	for (i = 0; i < c->npending; i++)
+	{
+		BatchItem  *item = c->pending[i];
+		KeyPlans	kp = {false, inbox_bucket(batch->scope, item->message_id)};
+		InboxDirectResult r;
+		bool		written;
+
+		r = inbox_direct_write(w, kp.bucket, batch->scope, item->message_id, item->payload_hash);
+		if (r == INBOX_DIRECT_UNAVAILABLE)
+		{
+			Datum		values[3];
+			char		nulls[3] = {' ', ' ', ' '};
+
+			values[0] = PointerGetDatum(batch->scope);
+			values[1] = PointerGetDatum(item->message_id);
+			values[2] = PointerGetDatum(item->payload_hash);
+			nulls[2] = item->payload_hash != NULL ? ' ' : 'n';
+			written = insert_entry(&kp, LEAF_INSERT, values, nulls,
+								   batch->scope, item->message_id, item->payload_hash, false);
+		}
+		else
+			written = r == INBOX_DIRECT_INSERTED;
+		if (written)
+		{
+			batch_written(batch, item);
+			c->inserted++;
+		}
+	}
+	inbox_direct_end(w);
+	return INBOX_DIRECT_INSERTED;
 }
 
 /*
@@ -1017,6 +1088,7 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
 	SPIPlanPtr	plan = batch->insert;
+	BatchDirectCall direct = {batch, pending, npending, 0};
 	int			rc;
 	int			i;
 	int			left = 0;
@@ -1048,7 +1120,10 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
 	}
 
-	if (plan == NULL)
+	if (batch->kind == BATCH_CLAIM && plan != NULL &&
+		run_bounded(batch_direct_call, &direct, scope, NULL, "message") != INBOX_DIRECT_UNAVAILABLE)
+		inserted = direct.inserted;
+	else if (plan == NULL)
 		inserted = insert_each(batch, pending, npending);
 	else
 	{
@@ -1065,9 +1140,7 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 
 			if (item == NULL)
 				elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
-			item->status = batch->done;
-			item->stored_hash = item->payload_hash;
-			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+			batch_written(batch, item);
 		}
 		inserted = SPI_processed;
 	}

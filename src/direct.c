@@ -47,15 +47,18 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "optimizer/optimizer.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/guc.h"
@@ -78,6 +81,24 @@ static bool direct_insert = true;
 static Oid	leaf_relids[INBOX_BUCKETS];
 static Oid	entries_relid = InvalidOid;
 static bool callback_registered = false;
+
+/*
+ * The partial indexes of the deferred mode (entries_open, entries_receipt,
+ * entries_dead) never hold a claim's entry: each predicate reads only the
+ * state, and is false for a done one.  The SQL INSERT opens and locks them,
+ * prepares their predicates and evaluates them, for nothing; a claim
+ * written here leaves them out, which is what ExecInsertIndexTuples would
+ * conclude.  The verdict is proven once per index (index_holds_claims) and
+ * forgotten at the next invalidation.
+ */
+#define MAX_KNOWN_INDEXES		64
+
+static struct
+{
+	Oid			indexid;
+	bool		holds_claims;
+}			known_indexes[MAX_KNOWN_INDEXES];
+static int	nknown_indexes = 0;
 
 /*
  * The columns of inbox.entries that a claim sets, by position, as
@@ -140,6 +161,12 @@ forget_leaves(Datum arg, Oid relid)
 			leaf_relids[i] = InvalidOid;
 	if (relid == InvalidOid || relid == entries_relid)
 		entries_relid = InvalidOid;
+	for (i = 0; i < nknown_indexes; i++)
+		if (relid == InvalidOid || relid == known_indexes[i].indexid)
+		{
+			nknown_indexes = 0;
+			break;
+		}
 }
 
 static Oid
@@ -210,6 +237,101 @@ direct_layout_ok(Relation rel)
 	return pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_INSERT) == ACLCHECK_OK;
 }
 
+/*
+ * Whether index may hold a claim's entry: false only for a partial index
+ * whose predicate reads nothing but the state and is false for a done
+ * entry, which is then proven by evaluating it on one.
+ */
+static bool
+index_holds_claims(Relation index, Relation leaf)
+{
+	Oid			indexid = RelationGetRelid(index);
+	List	   *predicate;
+	Bitmapset  *attrs = NULL;
+	bool		holds = true;
+	int			i;
+
+	for (i = 0; i < nknown_indexes; i++)
+		if (known_indexes[i].indexid == indexid)
+			return known_indexes[i].holds_claims;
+
+	predicate = RelationGetIndexPredicate(index);
+	if (predicate != NIL)
+		pull_varattnos((Node *) predicate, 1, &attrs);
+	if (predicate != NIL &&
+		bms_membership(attrs) == BMS_SINGLETON &&
+		bms_is_member(ATT_STATE - FirstLowInvalidHeapAttributeNumber, attrs))
+	{
+		EState	   *estate = CreateExecutorState();
+		MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
+		TupleTableSlot *slot = table_slot_create(leaf, NULL);
+		ExprContext *econtext = GetPerTupleExprContext(estate);
+
+		ExecClearTuple(slot);
+		memset(slot->tts_isnull, true, slot->tts_tupleDescriptor->natts * sizeof(bool));
+		slot->tts_values[ATT_STATE - 1] = CharGetDatum(INBOX_STATE_DONE);
+		slot->tts_isnull[ATT_STATE - 1] = false;
+		ExecStoreVirtualTuple(slot);
+		econtext->ecxt_scantuple = slot;
+		holds = ExecQual(ExecPrepareQual(predicate, estate), econtext);
+		ExecDropSingleTupleTableSlot(slot);
+		MemoryContextSwitchTo(old);
+		FreeExecutorState(estate);
+	}
+	if (nknown_indexes < MAX_KNOWN_INDEXES)
+	{
+		known_indexes[nknown_indexes].indexid = indexid;
+		known_indexes[nknown_indexes].holds_claims = holds;
+		nknown_indexes++;
+	}
+	return holds;
+}
+
+/*
+ * ExecOpenIndices for a claim's entry, without the indexes that cannot
+ * hold it (index_holds_claims).  The others are opened, locked and
+ * described as the executor does for INSERT ... ON CONFLICT.
+ */
+static void
+open_claim_indexes(ResultRelInfo *rri)
+{
+	Relation	rel = rri->ri_RelationDesc;
+	List	   *indexoids = RelationGetIndexList(rel);
+	int			n = 0;
+	ListCell   *lc;
+
+	rri->ri_IndexRelationDescs = palloc(list_length(indexoids) * sizeof(Relation));
+	rri->ri_IndexRelationInfo = palloc(list_length(indexoids) * sizeof(IndexInfo *));
+	foreach(lc, indexoids)
+	{
+		Oid			indexid = lfirst_oid(lc);
+		Relation	index;
+		IndexInfo  *ii;
+		int			i;
+
+		/* A known verdict spares opening the index at all */
+		for (i = 0; i < nknown_indexes; i++)
+			if (known_indexes[i].indexid == indexid)
+				break;
+		if (i < nknown_indexes && !known_indexes[i].holds_claims)
+			continue;
+		index = index_open(indexid, RowExclusiveLock);
+		if (!index_holds_claims(index, rel))
+		{
+			index_close(index, RowExclusiveLock);
+			continue;
+		}
+		ii = BuildIndexInfo(index);
+		if (ii->ii_Unique)
+			BuildSpeculativeIndexInfo(index, ii);
+		rri->ri_IndexRelationDescs[n] = index;
+		rri->ri_IndexRelationInfo[n] = ii;
+		n++;
+	}
+	rri->ri_NumIndices = n;
+	list_free(indexoids);
+}
+
 bool
 inbox_direct_available(void)
 {
@@ -246,41 +368,49 @@ check_conflict_visible(EState *estate, Relation rel, ItemPointer tid)
 	ExecDropSingleTupleTableSlot(slot);
 }
 
-/*
- * Write a claim's entry (scope, message_id, payload_hash, in bucket's
- * leaf) as INSERT ... ON CONFLICT DO NOTHING would.  INBOX_DIRECT_INSERTED
- * or INBOX_DIRECT_CONFLICT; INBOX_DIRECT_UNAVAILABLE, having done nothing,
- * when the leaf is not what this module expects: the caller then uses SPI.
- */
-InboxDirectResult
-inbox_direct_insert(int bucket, text *scope, text *message_id, bytea *payload_hash)
+/* What a writer keeps of one leaf, opened on first use */
+typedef struct DirectLeaf
 {
-	Oid			relid = leaf_relid(bucket);
+	int			state;			/* 0: not opened yet; 1: open; -1: take SPI */
 	Relation	rel;
-	EState	   *estate;
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
-	List	   *arbiter;
-	TransactionId xid;
-	MemoryContext oldcxt;
-	bool		pushed;
-	InboxDirectResult result;
+	List	   *arbiter;		/* its primary key, the ON CONFLICT arbiter */
+} DirectLeaf;
 
-	if (!OidIsValid(relid) || !OidIsValid(entries_relid))
-		return INBOX_DIRECT_UNAVAILABLE;
+struct InboxDirectWriter
+{
+	EState	   *estate;
+	MemoryContext caller_cxt;
+	bool		pushed;			/* whether it pushed the active snapshot */
+	TransactionId xid;
+	DirectLeaf	leaves[INBOX_BUCKETS];
+};
+
+/*
+ * Start writing claims' entries, one or a batch, as one statement would:
+ * NULL when claims must take SPI (Citus, inbox.direct_insert = off, or no
+ * inbox.entries).  End with inbox_direct_end().
+ */
+InboxDirectWriter *
+inbox_direct_begin(void)
+{
+	InboxDirectWriter *w;
+	EState	   *estate;
+	MemoryContext caller_cxt;
+
+	if (!inbox_direct_available())
+		return NULL;
+	leaf_relid(0);				/* finds inbox.entries too */
+	if (!OidIsValid(entries_relid))
+		return NULL;
 
 	/*
-	 * The lock the INSERT on the leaf takes on inbox.entries too: the guard
-	 * of DROP EXTENSION (guard.c) locks inbox.entries before it looks for
+	 * The lock an INSERT on a leaf takes on inbox.entries too: the guard of
+	 * DROP EXTENSION (guard.c) locks inbox.entries before it looks for
 	 * entries, and so waits for this claim's transaction to end.
 	 */
 	LockRelationOid(entries_relid, AccessShareLock);
-	rel = table_open(relid, RowExclusiveLock);
-	if (!direct_layout_ok(rel))
-	{
-		table_close(rel, NoLock);
-		return INBOX_DIRECT_UNAVAILABLE;
-	}
 
 	/*
 	 * As SPI would before a statement: the entries written earlier in this
@@ -288,7 +418,10 @@ inbox_direct_insert(int bucket, text *scope, text *message_id, bytea *payload_ha
 	 */
 	CommandCounterIncrement();
 	estate = CreateExecutorState();
-	oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+	caller_cxt = MemoryContextSwitchTo(estate->es_query_cxt);
+	w = palloc0(sizeof(InboxDirectWriter));
+	w->estate = estate;
+	w->caller_cxt = caller_cxt;
 	estate->es_output_cid = GetCurrentCommandId(true);
 
 	/*
@@ -296,20 +429,71 @@ inbox_direct_insert(int bucket, text *scope, text *message_id, bytea *payload_ha
 	 * REPEATABLE READ or SERIALIZABLE: there it is the transaction's, with
 	 * this command's id, as SPI would make it active for the statement.
 	 */
-	pushed = IsolationUsesXactSnapshot() || !ActiveSnapshotSet();
-	if (pushed)
+	w->pushed = IsolationUsesXactSnapshot() || !ActiveSnapshotSet();
+	if (w->pushed)
 	{
 		PushActiveSnapshot(GetTransactionSnapshot());
 		UpdateActiveSnapshotCommandId();
 	}
 	estate->es_snapshot = GetActiveSnapshot();
+	w->xid = GetCurrentTransactionId();
+	MemoryContextSwitchTo(caller_cxt);
+	return w;
+}
 
-	rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 0, NULL, 0);
-	ExecOpenIndices(rri, true);
-	arbiter = list_make1_oid(rel->rd_pkindex);
+/* The leaf of bucket, opened on first use; NULL if it must take SPI */
+static DirectLeaf *
+open_leaf(InboxDirectWriter *w, int bucket)
+{
+	DirectLeaf *leaf = &w->leaves[bucket];
+	Oid			relid;
 
-	slot = table_slot_create(rel, NULL);
+	if (leaf->state == 0)
+	{
+		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
+
+		leaf->state = -1;
+		relid = leaf_relid(bucket);
+		if (OidIsValid(relid))
+		{
+			leaf->rel = table_open(relid, RowExclusiveLock);
+			if (direct_layout_ok(leaf->rel))
+			{
+				leaf->rri = makeNode(ResultRelInfo);
+				InitResultRelInfo(leaf->rri, leaf->rel, 0, NULL, 0);
+				open_claim_indexes(leaf->rri);
+				leaf->arbiter = list_make1_oid(leaf->rel->rd_pkindex);
+				leaf->slot = table_slot_create(leaf->rel, NULL);
+				leaf->state = 1;
+			}
+		}
+		MemoryContextSwitchTo(old);
+	}
+	return leaf->state == 1 ? leaf : NULL;
+}
+
+/*
+ * Write a claim's entry (scope, message_id, payload_hash, in bucket's
+ * leaf) as INSERT ... ON CONFLICT DO NOTHING would.  INBOX_DIRECT_INSERTED
+ * or INBOX_DIRECT_CONFLICT; INBOX_DIRECT_UNAVAILABLE, having done nothing,
+ * when the leaf is not what this module expects: the caller then uses SPI.
+ */
+InboxDirectResult
+inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_id,
+				   bytea *payload_hash)
+{
+	DirectLeaf *leaf = open_leaf(w, bucket);
+	EState	   *estate = w->estate;
+	TupleTableSlot *slot;
+	MemoryContext caller_cxt;
+	InboxDirectResult result;
+
+	if (leaf == NULL)
+		return INBOX_DIRECT_UNAVAILABLE;
+
+	/* What this row needs (index keys, a fetched conflict) goes with it */
+	caller_cxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+	slot = leaf->slot;
 	ExecClearTuple(slot);
 	memset(slot->tts_isnull, true, ENTRIES_NATTS * sizeof(bool));
 	slot->tts_values[ATT_SCOPE - 1] = PointerGetDatum(scope);
@@ -327,9 +511,8 @@ inbox_direct_insert(int bucket, text *scope, text *message_id, bytea *payload_ha
 	slot->tts_isnull[ATT_PAYLOAD_HASH - 1] = (payload_hash == NULL);
 	slot->tts_isnull[ATT_STATE - 1] = false;
 	ExecStoreVirtualTuple(slot);
-	slot->tts_tableOid = relid;
+	slot->tts_tableOid = RelationGetRelid(leaf->rel);
 
-	xid = GetCurrentTransactionId();
 	for (;;)
 	{
 		ItemPointerData conflict_tid;
@@ -341,18 +524,20 @@ inbox_direct_insert(int bucket, text *scope, text *message_id, bytea *payload_ha
 		 * Wait for, or find, an entry of the same key, as ExecInsert does
 		 * before a speculative insertion.  A committed one ends the claim.
 		 */
-		if (!inbox_check_index_constraints(rri, slot, estate, &conflict_tid, arbiter))
+		if (!inbox_check_index_constraints(leaf->rri, slot, estate, &conflict_tid,
+										   leaf->arbiter))
 		{
-			check_conflict_visible(estate, rel, &conflict_tid);
+			check_conflict_visible(estate, leaf->rel, &conflict_tid);
 			result = INBOX_DIRECT_CONFLICT;
 			break;
 		}
 
-		token = SpeculativeInsertionLockAcquire(xid);
-		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL, token);
-		recheck = inbox_insert_index_tuples(rri, slot, estate, &spec_conflict, arbiter);
-		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
-		SpeculativeInsertionLockRelease(xid);
+		token = SpeculativeInsertionLockAcquire(w->xid);
+		table_tuple_insert_speculative(leaf->rel, slot, estate->es_output_cid, 0, NULL, token);
+		recheck = inbox_insert_index_tuples(leaf->rri, slot, estate, &spec_conflict,
+											leaf->arbiter);
+		table_tuple_complete_speculative(leaf->rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(w->xid);
 		list_free(recheck);
 		if (!spec_conflict)
 		{
@@ -368,12 +553,30 @@ inbox_direct_insert(int bucket, text *scope, text *message_id, bytea *payload_ha
 		CHECK_FOR_INTERRUPTS();
 	}
 
-	ExecDropSingleTupleTableSlot(slot);
-	ExecCloseIndices(rri);
-	if (pushed)
-		PopActiveSnapshot();
-	MemoryContextSwitchTo(oldcxt);
-	FreeExecutorState(estate);
-	table_close(rel, NoLock);
+	MemoryContextSwitchTo(caller_cxt);
+	ResetPerTupleExprContext(estate);
 	return result;
+}
+
+/* The end of the statement begun by inbox_direct_begin() */
+void
+inbox_direct_end(InboxDirectWriter *w)
+{
+	int			i;
+
+	for (i = 0; i < INBOX_BUCKETS; i++)
+	{
+		DirectLeaf *leaf = &w->leaves[i];
+
+		if (leaf->state == 1)
+		{
+			ExecDropSingleTupleTableSlot(leaf->slot);
+			ExecCloseIndices(leaf->rri);
+		}
+		if (leaf->rel != NULL)
+			table_close(leaf->rel, NoLock);
+	}
+	if (w->pushed)
+		PopActiveSnapshot();
+	FreeExecutorState(w->estate);
 }

@@ -19,9 +19,13 @@ typedef enum InboxDirectResult
 	INBOX_DIRECT_UNAVAILABLE	/* nothing done: use SPI */
 } InboxDirectResult;
 
+typedef struct InboxDirectWriter InboxDirectWriter;
+
 extern void direct_init(void);
 extern bool inbox_direct_available(void);
-extern InboxDirectResult inbox_direct_insert(int bucket, text *scope, text *message_id,
-											 bytea *payload_hash);
+extern InboxDirectWriter *inbox_direct_begin(void);
+extern InboxDirectResult inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope,
+											text *message_id, bytea *payload_hash);
+extern void inbox_direct_end(InboxDirectWriter *w);
 
 #endif							/* INBOX_DIRECT_H */
