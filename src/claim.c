@@ -382,6 +382,8 @@ typedef struct DirectCall
 	text	   *scope;
 	text	   *message_id;
 	bytea	   *payload_hash;
+	InboxEntry *entry;			/* if not NULL: read the entry found there */
+	bool		found;			/* whether it was read */
 } DirectCall;
 
 static int
@@ -394,6 +396,10 @@ direct_call(void *arg)
 	if (w == NULL)
 		return INBOX_DIRECT_UNAVAILABLE;
 	r = inbox_direct_write(w, c->bucket, c->scope, c->message_id, c->payload_hash);
+	if (r == INBOX_DIRECT_CONFLICT && c->entry != NULL)
+		c->found = inbox_direct_lookup(w, c->bucket, c->scope, c->message_id,
+									   &c->entry->received_at, &c->entry->payload_hash,
+									   &c->entry->state);
 	inbox_direct_end(w);
 	return (int) r;
 }
@@ -486,7 +492,7 @@ insert_entry(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls
 
 	if (try_direct && kind == LEAF_INSERT && !kp->legacy)
 	{
-		DirectCall	c = {kp->bucket, scope, message_id, payload_hash};
+		DirectCall	c = {kp->bucket, scope, message_id, payload_hash, NULL, false};
 
 		rc = run_bounded(direct_call, &c, scope, message_id, "message");
 		if (rc != INBOX_DIRECT_UNAVAILABLE)
@@ -617,6 +623,45 @@ claim(FunctionCallInfo fcinfo, bool legacy)
 	claimed = claim_key(&kp, LEAF_INSERT, values, nulls, scope, message_id, payload_hash);
 	SPI_finish();
 	PG_RETURN_BOOL(claimed);
+}
+
+/*
+ * inbox_claim decided by the entry point (access.c), as the extension's
+ * owner, when direct.c can write and read the key's leaf without SQL: the
+ * checks, the arbitration and the reporting of claim(), in the same order.
+ * False, having done nothing, where the implementation must decide: a
+ * claim bounded by inbox.claim_timeout, a leaf that needs SPI, or an entry
+ * that was deleted between the write and the read.  Otherwise *claimed
+ * says whether this call claimed the message.
+ */
+bool
+inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
+{
+	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
+	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 2);
+	InboxEntry	entry;
+	DirectCall	c = {0, scope, message_id, payload_hash, &entry, false};
+
+	if (claim_timeout > 0)
+		return false;
+	c.bucket = inbox_bucket(scope, message_id);
+	switch ((InboxDirectResult) direct_call(&c))
+	{
+		case INBOX_DIRECT_INSERTED:
+			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+			*claimed = true;
+			return true;
+		case INBOX_DIRECT_CONFLICT:
+			if (!c.found)
+				return false;
+			report_duplicate(scope, message_id, payload_hash, &entry);
+			*claimed = false;
+			return true;
+		case INBOX_DIRECT_UNAVAILABLE:
+			break;
+	}
+	return false;
 }
 
 Datum

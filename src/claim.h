@@ -14,6 +14,7 @@
 
 extern void claim_init(void);
 extern bool inbox_on_duplicate_raises(void);
+extern bool inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed);
 extern SPIPlanPtr inbox_keep_plan(const char *sql, int nargs, Oid *argtypes,
 								  int cursor_options);
 extern SPIPlanPtr inbox_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);

@@ -12,6 +12,7 @@
 #ifndef INBOX_COMPAT_H
 #define INBOX_COMPAT_H
 
+#include "access/genam.h"
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "storage/lock.h"
@@ -103,6 +104,17 @@ inbox_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot, EState *
 	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, NULL, arbiter);
 #else
 	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, arbiter);
+#endif
+}
+
+/* index_beginscan took the scan's instrumentation in 18 (direct.c) */
+static inline IndexScanDesc
+inbox_index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkeys)
+{
+#if PG_VERSION_NUM >= 180000
+	return index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
+#else
+	return index_beginscan(heap, index, snapshot, nkeys, 0);
 #endif
 }
 

@@ -54,6 +54,7 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -61,6 +62,8 @@
 #include "optimizer/optimizer.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/rel.h"
@@ -376,6 +379,7 @@ typedef struct DirectLeaf
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 	List	   *arbiter;		/* its primary key, the ON CONFLICT arbiter */
+	Relation	pkey;			/* that index */
 } DirectLeaf;
 
 struct InboxDirectWriter
@@ -383,7 +387,6 @@ struct InboxDirectWriter
 	EState	   *estate;
 	MemoryContext caller_cxt;
 	bool		pushed;			/* whether it pushed the active snapshot */
-	TransactionId xid;
 	DirectLeaf	leaves[INBOX_BUCKETS];
 };
 
@@ -436,7 +439,6 @@ inbox_direct_begin(void)
 		UpdateActiveSnapshotCommandId();
 	}
 	estate->es_snapshot = GetActiveSnapshot();
-	w->xid = GetCurrentTransactionId();
 	MemoryContextSwitchTo(caller_cxt);
 	return w;
 }
@@ -447,6 +449,7 @@ open_leaf(InboxDirectWriter *w, int bucket)
 {
 	DirectLeaf *leaf = &w->leaves[bucket];
 	Oid			relid;
+	int			i;
 
 	if (leaf->state == 0)
 	{
@@ -464,7 +467,15 @@ open_leaf(InboxDirectWriter *w, int bucket)
 				open_claim_indexes(leaf->rri);
 				leaf->arbiter = list_make1_oid(leaf->rel->rd_pkindex);
 				leaf->slot = table_slot_create(leaf->rel, NULL);
-				leaf->state = 1;
+				for (i = 0; i < leaf->rri->ri_NumIndices; i++)
+					if (RelationGetRelid(leaf->rri->ri_IndexRelationDescs[i]) == leaf->rel->rd_pkindex)
+						leaf->pkey = leaf->rri->ri_IndexRelationDescs[i];
+				/* The primary key is (scope, message_id, bucket), as inbox_direct_lookup reads it */
+				if (leaf->pkey != NULL && leaf->pkey->rd_index->indnkeyatts == 3 &&
+					leaf->pkey->rd_index->indkey.values[0] == ATT_SCOPE &&
+					leaf->pkey->rd_index->indkey.values[1] == ATT_MESSAGE_ID &&
+					leaf->pkey->rd_index->indkey.values[2] == ATT_BUCKET)
+					leaf->state = 1;
 			}
 		}
 		MemoryContextSwitchTo(old);
@@ -517,6 +528,7 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 	{
 		ItemPointerData conflict_tid;
 		bool		spec_conflict = false;
+		TransactionId xid;
 		uint32		token;
 		List	   *recheck;
 
@@ -532,12 +544,17 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 			break;
 		}
 
-		token = SpeculativeInsertionLockAcquire(w->xid);
+		/*
+		 * The transaction gets its id only now, as with the SQL statement: a
+		 * duplicate writes nothing, and its commit need not be flushed.
+		 */
+		xid = GetCurrentTransactionId();
+		token = SpeculativeInsertionLockAcquire(xid);
 		table_tuple_insert_speculative(leaf->rel, slot, estate->es_output_cid, 0, NULL, token);
 		recheck = inbox_insert_index_tuples(leaf->rri, slot, estate, &spec_conflict,
 											leaf->arbiter);
 		table_tuple_complete_speculative(leaf->rel, slot, token, !spec_conflict);
-		SpeculativeInsertionLockRelease(w->xid);
+		SpeculativeInsertionLockRelease(xid);
 		list_free(recheck);
 		if (!spec_conflict)
 		{
@@ -558,6 +575,56 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 	return result;
 }
 
+/*
+ * Read the entry of a key that inbox_direct_write() found written, as
+ * claim.c's SPI lookup would: through the leaf's primary key, with a
+ * snapshot taken now under READ COMMITTED (so that it sees the entry of
+ * the concurrent claim whose commit the write waited for), the
+ * transaction's under REPEATABLE READ, and this command's id either way.
+ * False if no entry is visible (purged in between); the hash is copied
+ * into the caller's memory.
+ */
+bool
+inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope, text *message_id,
+					TimestampTz *received_at, bytea **payload_hash, char *state)
+{
+	DirectLeaf *leaf = open_leaf(w, bucket);
+	ScanKeyData keys[3];
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found;
+
+	if (leaf == NULL)
+		elog(ERROR, "inbox_direct_lookup on a leaf that inbox_direct_write did not write");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
+	ScanKeyEntryInitialize(&keys[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT2EQ, Int16GetDatum(bucket));
+	slot = leaf->slot;
+	scan = inbox_index_beginscan(leaf->rel, leaf->pkey, GetActiveSnapshot(), 3);
+	index_rescan(scan, keys, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+	{
+		bool		isnull;
+		Datum		d;
+
+		*received_at = DatumGetTimestampTz(slot_getattr(slot, ATT_RECEIVED_AT, &isnull));
+		d = slot_getattr(slot, ATT_PAYLOAD_HASH, &isnull);
+		*payload_hash = isnull ? NULL : DatumGetByteaPP(datumCopy(d, false, -1));
+		*state = DatumGetChar(slot_getattr(slot, ATT_STATE, &isnull));
+	}
+	index_endscan(scan);
+	ExecClearTuple(slot);
+	PopActiveSnapshot();
+	return found;
+}
+
 /* The end of the statement begun by inbox_direct_begin() */
 void
 inbox_direct_end(InboxDirectWriter *w)
@@ -568,11 +635,10 @@ inbox_direct_end(InboxDirectWriter *w)
 	{
 		DirectLeaf *leaf = &w->leaves[i];
 
-		if (leaf->state == 1)
-		{
+		if (leaf->slot != NULL)
 			ExecDropSingleTupleTableSlot(leaf->slot);
+		if (leaf->rri != NULL)
 			ExecCloseIndices(leaf->rri);
-		}
 		if (leaf->rel != NULL)
 			table_close(leaf->rel, NoLock);
 	}

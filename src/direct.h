@@ -11,6 +11,7 @@
 #define INBOX_DIRECT_H
 
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 
 typedef enum InboxDirectResult
 {
@@ -26,6 +27,9 @@ extern bool inbox_direct_available(void);
 extern InboxDirectWriter *inbox_direct_begin(void);
 extern InboxDirectResult inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope,
 											text *message_id, bytea *payload_hash);
+extern bool inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope,
+								text *message_id, TimestampTz *received_at,
+								bytea **payload_hash, char *state);
 extern void inbox_direct_end(InboxDirectWriter *w);
 
 #endif							/* INBOX_DIRECT_H */
