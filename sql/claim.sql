@@ -262,6 +262,25 @@ WHERE state = 'd' AND message_id LIKE 'indexed-%' AND scope = 'paths';
 DROP INDEX inbox.entries_test_done;
 DROP EXTENSION amcheck;
 
+-- A read-only transaction refuses a claim, a duplicate's too, as it
+-- refuses the INSERT, both ways.
+\set VERBOSITY terse
+BEGIN READ ONLY;
+SELECT inbox_claim('paths', 'read-only');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT inbox_claim('paths', 'direct-1', '\x01');
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT * FROM inbox_claim_many('paths', ARRAY['read-only']);
+ROLLBACK;
+BEGIN READ ONLY;
+SET LOCAL inbox.direct_insert = off;
+SELECT inbox_claim('paths', 'direct-1', '\x01');
+ROLLBACK;
+\set VERBOSITY default
+SELECT count(*) AS read_only_entries FROM inbox.entries WHERE message_id = 'read-only';
+
 -- The setting is a superuser's: both ways arbitrate alike, but only one is
 -- fast, and it is not an application's to choose.
 CREATE ROLE paths_app;

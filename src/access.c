@@ -492,7 +492,8 @@ inbox_enter_scope(PG_FUNCTION_ARGS)
 	InboxEntry *entry = entry_for(fcinfo);
 
 	check_scope(fcinfo);
-	if (entry->direct_claim)
+	/* fmgr_hook (sepgsql) must see the switch to the owner: the implementation's */
+	if (entry->direct_claim && fmgr_hook == NULL)
 	{
 		Oid			save_user;
 		int			save_sec;

@@ -643,7 +643,12 @@ inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
 	InboxEntry	entry;
 	DirectCall	c = {0, scope, message_id, payload_hash, &entry, false};
 
-	if (claim_timeout > 0)
+	/*
+	 * Not where a key's bucket takes an encoding conversion, which is
+	 * looked up along the search_path that only the implementation pins.
+	 */
+	if (claim_timeout > 0 ||
+		(GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII))
 		return false;
 	c.bucket = inbox_bucket(scope, message_id);
 	switch ((InboxDirectResult) direct_call(&c))
@@ -1087,6 +1092,7 @@ batch_direct_call(void *arg)
 		InboxDirectResult r;
 		bool		written;
 
+		CHECK_FOR_INTERRUPTS();
 		r = inbox_direct_write(w, kp.bucket, batch->scope, item->message_id, item->payload_hash);
 		if (r == INBOX_DIRECT_UNAVAILABLE)
 		{

@@ -16,6 +16,7 @@
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "storage/lock.h"
+#include "utils/relcache.h"
 #include "utils/guc.h"
 
 #if PG_VERSION_NUM < 150000
@@ -104,6 +105,17 @@ inbox_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot, EState *
 	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, NULL, arbiter);
 #else
 	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, arbiter);
+#endif
+}
+
+/* The primary key of a table; 18 can leave out a deferrable one (direct.c) */
+static inline Oid
+inbox_primary_key(Relation rel)
+{
+#if PG_VERSION_NUM >= 180000
+	return RelationGetPrimaryKeyIndex(rel, false);
+#else
+	return RelationGetPrimaryKeyIndex(rel);
 #endif
 }
 

@@ -194,8 +194,9 @@ leaf_relid(int bucket)
 
 /*
  * Whether rel is a leaf this module may write: a plain table with the
- * columns above, no trigger, no row-level security, no default but those
- * of received_at and state, no CHECK but the three above, and the INSERT
+ * columns above (the key's of collation "C", the others nullable), no
+ * trigger, rule or row-level security, no default but those of
+ * received_at and state, no CHECK but the three above, and the INSERT
  * privilege for the current user
  * (the extension's owner, under SECURITY DEFINER), as the executor would
  * check it.
@@ -209,6 +210,7 @@ direct_layout_ok(Relation rel)
 
 	if (rel->rd_rel->relkind != RELKIND_RELATION ||
 		rel->trigdesc != NULL ||
+		rel->rd_rules != NULL ||
 		rel->rd_rel->relrowsecurity ||
 		desc->natts != ENTRIES_NATTS ||
 		desc->constr == NULL ||
@@ -222,8 +224,14 @@ direct_layout_ok(Relation rel)
 			strcmp(NameStr(att->attname), entries_columns[attno].name) != 0)
 			return false;
 	}
+	/* The key compares bytewise, as the primary key's lookups here do */
+	if (TupleDescAttr(desc, ATT_SCOPE - 1)->attcollation != C_COLLATION_OID ||
+		TupleDescAttr(desc, ATT_MESSAGE_ID - 1)->attcollation != C_COLLATION_OID)
+		return false;
+	/* The columns a claim leaves NULL must allow it */
 	for (attno = ATT_STATE + 1; attno <= ENTRIES_NATTS; attno++)
-		if (TupleDescAttr(desc, attno - 1)->attisdropped)
+		if (TupleDescAttr(desc, attno - 1)->attisdropped ||
+			TupleDescAttr(desc, attno - 1)->attnotnull)
 			return false;
 	if (desc->constr->num_check != (int) lengthof(entries_checks))
 		return false;
@@ -325,7 +333,7 @@ open_claim_indexes(ResultRelInfo *rri)
 			continue;
 		}
 		ii = BuildIndexInfo(index);
-		if (ii->ii_Unique)
+		if (ii->ii_Unique && !index->rd_index->indisexclusion)
 			BuildSpeculativeIndexInfo(index, ii);
 		rri->ri_IndexRelationDescs[n] = index;
 		rri->ri_IndexRelationInfo[n] = ii;
@@ -335,10 +343,16 @@ open_claim_indexes(ResultRelInfo *rri)
 	list_free(indexoids);
 }
 
+/*
+ * Whether claims may take this module's path: not where Citus is
+ * installed (see above), nor where a module checks or audits the
+ * executor's table accesses (ExecutorCheckPerms_hook: sepgsql, pgaudit),
+ * which would not see these.
+ */
 bool
 inbox_direct_available(void)
 {
-	return direct_insert && !inbox_citus_installed();
+	return direct_insert && ExecutorCheckPerms_hook == NULL && !inbox_citus_installed();
 }
 
 /*
@@ -402,18 +416,33 @@ inbox_direct_begin(void)
 	EState	   *estate;
 	MemoryContext caller_cxt;
 
+	Oid			entries;
+
 	if (!inbox_direct_available())
 		return NULL;
-	leaf_relid(0);				/* finds inbox.entries too */
-	if (!OidIsValid(entries_relid))
-		return NULL;
+
+	/* As the executor refuses an INSERT, duplicate or not, before it runs */
+	PreventCommandIfReadOnly("INSERT");
+	PreventCommandIfParallelMode("INSERT");
 
 	/*
-	 * The lock an INSERT on a leaf takes on inbox.entries too: the guard of
-	 * DROP EXTENSION (guard.c) locks inbox.entries before it looks for
-	 * entries, and so waits for this claim's transaction to end.
+	 * A lock on inbox.entries, parent before leaf as DDL takes them: the
+	 * guard of DROP EXTENSION (guard.c) locks inbox.entries before it looks
+	 * for entries, and so waits for this claim's transaction to end.  The
+	 * lock may process an invalidation that drops the OID found (the
+	 * extension dropped and created again): then look it up again.
 	 */
-	LockRelationOid(entries_relid, AccessShareLock);
+	for (;;)
+	{
+		leaf_relid(0);			/* finds inbox.entries too */
+		entries = entries_relid;
+		if (!OidIsValid(entries))
+			return NULL;
+		LockRelationOid(entries, AccessShareLock);
+		if (entries == entries_relid)
+			break;
+		UnlockRelationOid(entries, AccessShareLock);
+	}
 
 	/*
 	 * As SPI would before a statement: the entries written earlier in this
@@ -462,13 +491,16 @@ open_leaf(InboxDirectWriter *w, int bucket)
 			leaf->rel = table_open(relid, RowExclusiveLock);
 			if (direct_layout_ok(leaf->rel))
 			{
+				Oid			pkey;
+
 				leaf->rri = makeNode(ResultRelInfo);
 				InitResultRelInfo(leaf->rri, leaf->rel, 0, NULL, 0);
 				open_claim_indexes(leaf->rri);
-				leaf->arbiter = list_make1_oid(leaf->rel->rd_pkindex);
+				pkey = inbox_primary_key(leaf->rel);
+				leaf->arbiter = list_make1_oid(pkey);
 				leaf->slot = table_slot_create(leaf->rel, NULL);
 				for (i = 0; i < leaf->rri->ri_NumIndices; i++)
-					if (RelationGetRelid(leaf->rri->ri_IndexRelationDescs[i]) == leaf->rel->rd_pkindex)
+					if (RelationGetRelid(leaf->rri->ri_IndexRelationDescs[i]) == pkey)
 						leaf->pkey = leaf->rri->ri_IndexRelationDescs[i];
 				/* The primary key is (scope, message_id, bucket), as inbox_direct_lookup reads it */
 				if (leaf->pkey != NULL && leaf->pkey->rd_index->indnkeyatts == 3 &&
