@@ -346,16 +346,6 @@ lookup_entry(const KeyPlans *kp, text *scope, text *message_id, InboxEntry *entr
 }
 
 /*
- * Run a statement of a claim under inbox.claim_timeout: key is the message
- * id, or the stream (kind "stream"), or NULL for a batch's INSERT.  With no
- * timeout set, it is a plain SPI_execute_plan.  The timeout is applied as
- * lock_timeout in a GUC nest level of its own, so it covers exactly this
- * statement and is undone on success and on error alike; its expiry is
- * reported as IB003 rather than as a generic lock timeout, because the
- * caller asked for a bounded claim and must be able to tell "held by a
- * concurrent claim, try later" from its other errors.
- */
-/*
  * A statement of a claim, run by run_bounded(): through SPI, or direct.c's
  * insertion of a claim's entry.
  */

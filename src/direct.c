@@ -197,8 +197,8 @@ leaf_relid(int bucket)
  * columns above (the key's of collation "C", the others nullable), no
  * trigger, rule or row-level security, no default but those of
  * received_at and state, no CHECK but the three above, and the INSERT
- * privilege for the current user
- * (the extension's owner, under SECURITY DEFINER), as the executor would
+ * privilege for the current user (the extension's owner: under SECURITY
+ * DEFINER, or as the entry point switched to it), as the executor would
  * check it.
  */
 static bool
@@ -248,6 +248,18 @@ direct_layout_ok(Relation rel)
 	return pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_INSERT) == ACLCHECK_OK;
 }
 
+/* The proven verdict on indexid: its slot in known_indexes, or -1 */
+static int
+known_index(Oid indexid)
+{
+	int			i;
+
+	for (i = 0; i < nknown_indexes; i++)
+		if (known_indexes[i].indexid == indexid)
+			return i;
+	return -1;
+}
+
 /*
  * Whether index may hold a claim's entry: false only for a partial index
  * whose predicate reads nothing but the state and is false for a done
@@ -260,11 +272,10 @@ index_holds_claims(Relation index, Relation leaf)
 	List	   *predicate;
 	Bitmapset  *attrs = NULL;
 	bool		holds = true;
-	int			i;
+	int			known = known_index(indexid);
 
-	for (i = 0; i < nknown_indexes; i++)
-		if (known_indexes[i].indexid == indexid)
-			return known_indexes[i].holds_claims;
+	if (known >= 0)
+		return known_indexes[known].holds_claims;
 
 	predicate = RelationGetIndexPredicate(index);
 	if (predicate != NIL)
@@ -316,15 +327,12 @@ open_claim_indexes(ResultRelInfo *rri)
 	foreach(lc, indexoids)
 	{
 		Oid			indexid = lfirst_oid(lc);
+		int			known = known_index(indexid);
 		Relation	index;
 		IndexInfo  *ii;
-		int			i;
 
 		/* A known verdict spares opening the index at all */
-		for (i = 0; i < nknown_indexes; i++)
-			if (known_indexes[i].indexid == indexid)
-				break;
-		if (i < nknown_indexes && !known_indexes[i].holds_claims)
+		if (known >= 0 && !known_indexes[known].holds_claims)
 			continue;
 		index = index_open(indexid, RowExclusiveLock);
 		if (!index_holds_claims(index, rel))
@@ -399,7 +407,6 @@ typedef struct DirectLeaf
 struct InboxDirectWriter
 {
 	EState	   *estate;
-	MemoryContext caller_cxt;
 	bool		pushed;			/* whether it pushed the active snapshot */
 	DirectLeaf	leaves[INBOX_BUCKETS];
 };
@@ -453,7 +460,6 @@ inbox_direct_begin(void)
 	caller_cxt = MemoryContextSwitchTo(estate->es_query_cxt);
 	w = palloc0(sizeof(InboxDirectWriter));
 	w->estate = estate;
-	w->caller_cxt = caller_cxt;
 	estate->es_output_cid = GetCurrentCommandId(true);
 
 	/*
