@@ -156,11 +156,14 @@ SELECT unnest(extconfig)::regclass AS dumped FROM pg_extension WHERE extname = '
 -- The received time and the hash are stored.
 SELECT scope, message_id, received_at <= now() AS received_at_set, payload_hash IS NOT NULL AS hashed, state
 FROM inbox.entries WHERE message_id IN ('INVOIC-000123', 'INVOIC-000124') ORDER BY 1, 2;
--- Keys are spread over the leaves.
-SELECT count(DISTINCT tableoid) > 1 AS spread FROM inbox.entries;
--- Each entry sits in the leaf of its bucket, and its bucket is inbox.bucket
--- of its key.
-SELECT count(*) FILTER (WHERE tableoid::regclass::text <> 'inbox.entries_p' || bucket
+-- Scopes are spread over the leaves, and each scope lives in one leaf.
+SELECT count(DISTINCT tableoid) > 1 AS spread,
+       (SELECT count(*) FROM (SELECT scope FROM inbox.entries GROUP BY scope
+                              HAVING count(DISTINCT tableoid) > 1) AS s) AS split_scopes
+FROM inbox.entries;
+-- Each entry sits in the leaf its bucket's high bits name, and its bucket
+-- is inbox.bucket of its key.
+SELECT count(*) FILTER (WHERE tableoid::regclass::text <> 'inbox.entries_p' || (bucket >> 11)
                            OR bucket <> inbox.bucket(scope, message_id)) AS misplaced
 FROM inbox.entries;
 -- The bucket is fixed for good: stored entries would be stranded by any
@@ -169,8 +172,15 @@ SELECT inbox.bucket('billing', 'INVOIC-000123') AS b1,
        inbox.bucket('billing', 'INVOIC-000124') AS b2,
        inbox.bucket('a', 'bc') AS a_bc, inbox.bucket('ab', 'c') AS ab_c,
        inbox.bucket('scope', U&'caf\00e9') AS non_ascii;
-SELECT count(*) AS buckets, min(n) AS fewest, max(n) AS most
-FROM (SELECT inbox.bucket('s', 'm' || g), count(*) AS n
+-- Scopes spread evenly over the 8 leaves; one scope's ids over all 2048
+-- values of the low bits, in one leaf.
+SELECT count(*) AS leaves, min(n) AS fewest, max(n) AS most
+FROM (SELECT inbox.bucket('s' || g, 'm') >> 11, count(*) AS n
+      FROM generate_series(1, 80000) g GROUP BY 1) AS b;
+SELECT count(*) AS key_bits, min(n) AS fewest, max(n) AS most,
+       count(DISTINCT leaf) AS leaves_of_one_scope
+FROM (SELECT inbox.bucket('s', 'm' || g) & 2047 AS bits, min(inbox.bucket('s', 'm' || g) >> 11) AS leaf,
+             count(*) AS n
       FROM generate_series(1, 80000) g GROUP BY 1) AS b;
 
 --

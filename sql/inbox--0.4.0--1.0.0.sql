@@ -61,18 +61,18 @@ CREATE TABLE inbox.entries (
 		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024),
 	CONSTRAINT entries_bucket
 		CHECK (bucket OPERATOR(pg_catalog.=) inbox.bucket(scope, message_id))
-) PARTITION BY LIST (bucket);
+) PARTITION BY RANGE (bucket);
 
 COMMENT ON TABLE inbox.entries IS 'one row per claimed message; the primary key arbitrates claims';
 
-CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries FOR VALUES IN (0);
-CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries FOR VALUES IN (1);
-CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries FOR VALUES IN (2);
-CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries FOR VALUES IN (3);
-CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries FOR VALUES IN (4);
-CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries FOR VALUES IN (5);
-CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries FOR VALUES IN (6);
-CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
+CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries FOR VALUES FROM (0) TO (2048);
+CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries FOR VALUES FROM (2048) TO (4096);
+CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries FOR VALUES FROM (4096) TO (6144);
+CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries FOR VALUES FROM (6144) TO (8192);
+CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries FOR VALUES FROM (8192) TO (10240);
+CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries FOR VALUES FROM (10240) TO (12288);
+CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries FOR VALUES FROM (12288) TO (14336);
+CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES FROM (14336) TO (16384);
 
 -- Retention finds a scope's oldest entries through this index.
 CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
@@ -192,13 +192,6 @@ AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
--- The leaf that holds the message a receipt names: src/deferred.c puts
--- the message's bucket in the low bits of the receipt's first byte.
-CREATE FUNCTION inbox.receipt_bucket(receipt uuid)
-RETURNS smallint
-AS 'MODULE_PATHNAME', 'inbox_receipt_bucket'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-
 /*
  * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
  * receipt matched no row, and raise.
@@ -272,7 +265,6 @@ BEGIN
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'
-		   AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt)
 		RETURNING e.state INTO new_state;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
@@ -1387,7 +1379,6 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
 'store a batch of binary messages as pending: one row per id';
 
-REVOKE ALL ON FUNCTION inbox.receipt_bucket(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;

@@ -30,9 +30,10 @@ REVOKE ALL ON SCHEMA inbox FROM PUBLIC;
  * ------------------------------------------------------------------------ */
 
 /*
- * The bucket of a key, 0 to 7: a hash of the key's UTF-8 form, the same in
- * a database of any encoding (src/keys.c).  It picks the leaf of
- * inbox.entries that holds the key.
+ * The bucket of a key, 0 to 16383, the same in a database of any encoding
+ * (src/keys.c): its high three bits are a hash of the scope's UTF-8 form
+ * and pick the leaf of inbox.entries that holds all of the scope's
+ * entries; its low eleven bits are a hash of the whole key's UTF-8 form.
  */
 CREATE FUNCTION inbox.bucket(scope text, message_id text)
 RETURNS smallint
@@ -47,14 +48,17 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * (COLLATE "C"), so two ids are the same message exactly when their bytes
  * are equal, whatever the database's locale.
  *
- * The table is partitioned so that retention can work leaf by leaf, by a
- * bucket the extension computes from the key and stores (inbox.bucket).
- * A key's bucket is fixed, so each leaf's unique index covers every entry
- * its key can have, and uniqueness is still global.  The bucket is stored
- * rather than derived by PostgreSQL's hash partitioning because that hash
- * is of the key's bytes in the database's encoding: a dump restored into
- * another encoding would route re-encoded keys to other leaves, or fail a
- * leaf's COPY and lose every entry in it.  A stored bucket of the UTF-8
+ * The table is partitioned so that retention can work leaf by leaf, by
+ * ranges of a bucket the extension computes from the key and stores
+ * (inbox.bucket).  A key's bucket is fixed, so each leaf's unique index
+ * covers every entry its key can have, and uniqueness is still global.
+ * The leaf depends on the scope alone: one consumer's claims, batches and
+ * takes all work in one heap and one set of indexes, as they would in an
+ * unpartitioned table, and a batch's neighbouring ids share index pages.
+ * The bucket is stored rather than derived by PostgreSQL's hash
+ * partitioning because that hash is of the key's bytes in the database's
+ * encoding: a dump restored into another encoding would route re-encoded
+ * keys to other leaves, or fail a leaf's COPY and lose every entry in it.  A stored bucket of the UTF-8
  * form puts every row back where claims look for it.  The claim path
  * writes and reads the key's leaf directly, without tuple routing.
  *
@@ -66,8 +70,11 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * The length limits repeat those of the C code (src/inbox.h), for rows
  * that arrive by COPY, and so does the bucket: a row whose stored bucket is
  * not its key's (a restore that reinterpreted a key's bytes, say from
- * SQL_ASCII into LATIN1) would sit where no claim looks, and the key would
- * then be claimed twice, so such a row fails its COPY, loudly.  Nothing
+ * SQL_ASCII into LATIN1) holds a key that no claim will ever send, and the
+ * message would then be claimed twice, so such a row fails its COPY,
+ * loudly.  The bucket's eleven bits of the whole key's hash are what catch
+ * a reinterpreted message id: such a row slips through with a chance of
+ * 1 in 2048, and a restore stops at the first one caught.  Nothing
  * else is checked here: every other column is written only by the
  * extension's functions, which check their values, and a CHECK costs each
  * claim its evaluation.
@@ -107,18 +114,18 @@ CREATE TABLE inbox.entries (
 		CHECK (pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) 1024),
 	CONSTRAINT entries_bucket
 		CHECK (bucket OPERATOR(pg_catalog.=) inbox.bucket(scope, message_id))
-) PARTITION BY LIST (bucket);
+) PARTITION BY RANGE (bucket);
 
 COMMENT ON TABLE inbox.entries IS 'one row per claimed message; the primary key arbitrates claims';
 
-CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries FOR VALUES IN (0);
-CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries FOR VALUES IN (1);
-CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries FOR VALUES IN (2);
-CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries FOR VALUES IN (3);
-CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries FOR VALUES IN (4);
-CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries FOR VALUES IN (5);
-CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries FOR VALUES IN (6);
-CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES IN (7);
+CREATE TABLE inbox.entries_p0 PARTITION OF inbox.entries FOR VALUES FROM (0) TO (2048);
+CREATE TABLE inbox.entries_p1 PARTITION OF inbox.entries FOR VALUES FROM (2048) TO (4096);
+CREATE TABLE inbox.entries_p2 PARTITION OF inbox.entries FOR VALUES FROM (4096) TO (6144);
+CREATE TABLE inbox.entries_p3 PARTITION OF inbox.entries FOR VALUES FROM (6144) TO (8192);
+CREATE TABLE inbox.entries_p4 PARTITION OF inbox.entries FOR VALUES FROM (8192) TO (10240);
+CREATE TABLE inbox.entries_p5 PARTITION OF inbox.entries FOR VALUES FROM (10240) TO (12288);
+CREATE TABLE inbox.entries_p6 PARTITION OF inbox.entries FOR VALUES FROM (12288) TO (14336);
+CREATE TABLE inbox.entries_p7 PARTITION OF inbox.entries FOR VALUES FROM (14336) TO (16384);
 
 -- Retention finds a scope's oldest entries through this index.
 CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
@@ -765,13 +772,6 @@ AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
--- The leaf that holds the message a receipt names: src/deferred.c puts
--- the message's bucket in the low bits of the receipt's first byte.
-CREATE FUNCTION inbox.receipt_bucket(receipt uuid)
-RETURNS smallint
-AS 'MODULE_PATHNAME', 'inbox_receipt_bucket'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-
 /*
  * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
  * receipt matched no row, and raise.
@@ -845,7 +845,6 @@ BEGIN
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'
-		   AND e.bucket OPERATOR(pg_catalog.=) inbox.receipt_bucket(p_receipt)
 		RETURNING e.state INTO new_state;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
@@ -1867,7 +1866,6 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
 'store a batch of binary messages as pending: one row per id';
 
-REVOKE ALL ON FUNCTION inbox.receipt_bucket(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;

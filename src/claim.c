@@ -125,17 +125,20 @@ typedef enum LeafPlan
 	LEAF_PLANS
 } LeafPlan;
 
-static SPIPlanPtr leaf_plans[LEAF_PLANS][INBOX_BUCKETS];
+static SPIPlanPtr leaf_plans[LEAF_PLANS][INBOX_LEAVES];
 
-/* The statements; each %d is the bucket, which names its leaf too */
+/*
+ * The statements; %d is the leaf, and the last parameter the key's bucket
+ * (key_execute appends it)
+ */
 static const char *const leaf_sql[LEAF_PLANS] = {
 	[LEAF_INSERT] =
 	"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash) "
-	"VALUES ($1, $2, %d, $3) "
+	"VALUES ($1, $2, $4, $3) "
 	"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 	[LEAF_RECEIVE] =
 	"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes, due) "
-	"VALUES ($1, $2, %d, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now())) "
+	"VALUES ($1, $2, $7, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now())) "
 	"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 
 	/*
@@ -146,15 +149,19 @@ static const char *const leaf_sql[LEAF_PLANS] = {
 	"SELECT received_at, payload_hash, state FROM inbox.entries_p%d "
 	"WHERE scope OPERATOR(pg_catalog.=) $1 "
 	"AND message_id OPERATOR(pg_catalog.=) $2 "
-	"AND bucket OPERATOR(pg_catalog.=) %d",
+	"AND bucket OPERATOR(pg_catalog.=) $3",
 };
 
-/* The legacy receive has no use for $6 (not_before), and ignores it */
-static const int leaf_nargs[LEAF_PLANS] = {3, 6, 2};
-static const Oid leaf_argtypes[LEAF_PLANS][6] = {
-	{TEXTOID, TEXTOID, BYTEAOID},
-	{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID},
-	{TEXTOID, TEXTOID},
+/*
+ * The arguments, of which the legacy plans take all but the bucket.  The
+ * legacy receive has no use for $6 (not_before), and ignores it.
+ */
+#define LEAF_MAX_ARGS 7
+static const int leaf_nargs[LEAF_PLANS] = {4, 7, 3};
+static const Oid leaf_argtypes[LEAF_PLANS][LEAF_MAX_ARGS] = {
+	{TEXTOID, TEXTOID, BYTEAOID, INT2OID},
+	{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, INT2OID},
+	{TEXTOID, TEXTOID, INT2OID},
 };
 
 /*
@@ -186,7 +193,7 @@ static const char *const legacy_sql[LEAF_PLANS] = {
 typedef struct KeyPlans
 {
 	bool		legacy;
-	int			bucket;
+	int			bucket;			/* -1 if legacy */
 } KeyPlans;
 
 /* An entry as read back from inbox.entries, in SPI memory */
@@ -265,12 +272,13 @@ inbox_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes)
 static SPIPlanPtr
 key_plan(const KeyPlans *kp, LeafPlan kind)
 {
-	SPIPlanPtr *slot = kp->legacy ? &legacy_plans[kind] : &leaf_plans[kind][kp->bucket];
+	int			leaf = kp->legacy ? 0 : INBOX_BUCKET_LEAF(kp->bucket);
+	SPIPlanPtr *slot = kp->legacy ? &legacy_plans[kind] : &leaf_plans[kind][leaf];
 
 	if (*slot == NULL)
 	{
 		char	   *sql = kp->legacy ? pstrdup(legacy_sql[kind]) :
-			psprintf(leaf_sql[kind], kp->bucket, kp->bucket);
+			psprintf(leaf_sql[kind], leaf);
 
 		/*
 		 * Generic: the plan cache would otherwise plan the first five calls
@@ -278,10 +286,35 @@ key_plan(const KeyPlans *kp, LeafPlan kind)
 		 * every leaf, on every call.  The generic plan prunes to one leaf
 		 * at executor start.
 		 */
-		*slot = inbox_keep_plan(sql, leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
-						  CURSOR_OPT_GENERIC_PLAN);
+		*slot = inbox_keep_plan(sql, leaf_nargs[kind] - (kp->legacy ? 1 : 0),
+								(Oid *) leaf_argtypes[kind], CURSOR_OPT_GENERIC_PLAN);
 	}
 	return *slot;
+}
+
+/*
+ * The arguments of kind's plan for the key: the caller's, and then, for a
+ * leaf's plan, the bucket.  Returns the arrays to pass, v and n or the
+ * caller's own.
+ */
+static Datum *
+key_args(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls,
+		 Datum *v, char *n, const char **nulls_out)
+{
+	int			given = leaf_nargs[kind] - 1;
+
+	*nulls_out = nulls;
+	if (kp->legacy)
+		return values;
+	memcpy(v, values, sizeof(Datum) * given);
+	if (nulls != NULL)
+		memcpy(n, nulls, given);
+	else
+		memset(n, ' ', given);
+	v[given] = Int16GetDatum((int16) kp->bucket);
+	n[given] = ' ';
+	*nulls_out = n;
+	return v;
 }
 
 /* The plans for (scope, message_id), by the release of the caller's SQL */
@@ -327,10 +360,15 @@ lookup_entry(const KeyPlans *kp, text *scope, text *message_id, InboxEntry *entr
 	bool		isnull;
 	Datum		d;
 	int			rc;
+	Datum		v[LEAF_MAX_ARGS];
+	char		n[LEAF_MAX_ARGS];
+	const char *nulls;
+	Datum	   *args;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
-	rc = SPI_execute_plan(key_plan(kp, LEAF_LOOKUP), values, NULL, false, 1);
+	args = key_args(kp, LEAF_LOOKUP, values, NULL, v, n, &nulls);
+	rc = SPI_execute_plan(key_plan(kp, LEAF_LOOKUP), args, nulls, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed == 0)
@@ -488,7 +526,14 @@ insert_entry(const KeyPlans *kp, LeafPlan kind, Datum *values, const char *nulls
 		if (rc != INBOX_DIRECT_UNAVAILABLE)
 			return rc == INBOX_DIRECT_INSERTED;
 	}
-	rc = inbox_execute_bounded(key_plan(kp, kind), values, nulls, scope, message_id, "message");
+	{
+		Datum		v[LEAF_MAX_ARGS];
+		char		n[LEAF_MAX_ARGS];
+		const char *args_nulls;
+		Datum	   *args = key_args(kp, kind, values, nulls, v, n, &args_nulls);
+
+		rc = inbox_execute_bounded(key_plan(kp, kind), args, args_nulls, scope, message_id, "message");
+	}
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return SPI_processed == 1;

@@ -8,11 +8,11 @@
  *	  waiting in wakeup.c.
  *
  * A take runs two kinds of statement, each with a plan kept for the life
- * of the backend:
+ * of the backend, on the one leaf that holds the scope's entries:
  *
- *	- one SELECT ... FOR UPDATE SKIP LOCKED on the parent table picks the
- *	  messages, oldest due first, through the open-messages index
- *	  (scope, due, message_id) of each leaf, merged.  "due" is when an open
+ *	- one SELECT ... FOR UPDATE SKIP LOCKED picks the messages, oldest due
+ *	  first, through the leaf's open-messages index (scope, due,
+ *	  message_id), read in its order.  "due" is when an open
  *	  message next deserves a look (see sql/inbox.sql), so the scan starts
  *	  at the scope's oldest due message and stops at now: delayed messages,
  *	  done entries and dead letters are never walked.  A message bound to
@@ -24,13 +24,13 @@
  *	  message polled under a lease belongs to its receipt, not to a
  *	  session, and is due when the lease runs out.  SKIP LOCKED lets
  *	  concurrent takes pass each other's messages;
- *	- one UPDATE per message, on the leaf that holds it, by primary key.
+ *	- one UPDATE per message, by primary key.
  *
  * The first plan must not depend on statistics: a new scope, a burst that
  * autoanalyze has not seen, or plan_cache_mode = force_generic_plan must
  * not turn it into a sequential scan and a sort.  So the plan is generic
  * from the start, and the implementation functions run with the scans that
- * could replace the index merge disabled (their SET clauses), which holds
+ * could replace the ordered index scan disabled (their SET clauses), which holds
  * for every re-planning too, since a plan is only ever re-planned inside
  * them.
  *
@@ -40,9 +40,8 @@
  * message a receipt, a random UUID stored with the message until the next
  * take, completion or failure.  Any session holding the receipt may
  * complete, fail or extend the message, which is what a transaction-mode
- * pooler needs: its next transaction runs on another server session.  The
- * receipt's first byte also carries the message's bucket, so that a
- * completion by receipt reaches the message's leaf directly.
+ * pooler needs: its next transaction runs on another server session.  A
+ * completion by receipt names the scope, and so reaches its leaf directly.
  *
  * src/deferred.c
  *
@@ -77,7 +76,6 @@ PG_FUNCTION_INFO_V1(inbox_complete_1_0);
 PG_FUNCTION_INFO_V1(inbox_complete_receipt_1_0);
 PG_FUNCTION_INFO_V1(inbox_extend_receipt_1_0);
 PG_FUNCTION_INFO_V1(inbox_result_1_0);
-PG_FUNCTION_INFO_V1(inbox_receipt_bucket);
 
 /* inbox.max_attempts, which the SQL functions read with current_setting */
 static int	max_attempts = 5;
@@ -102,42 +100,21 @@ static int	max_attempts = 5;
  */
 #define POLL_RECHECK_MS		5000
 
-static SPIPlanPtr candidates_plan = NULL;
-static SPIPlanPtr next_due_plan = NULL;
 static SPIPlanPtr max_attempts_plan = NULL;
 static SPIPlanPtr refuse_plan = NULL;
 static SPIPlanPtr refuse_receipt_plan = NULL;
 static SPIPlanPtr refuse_extend_plan = NULL;
 
-static const char *const candidates_sql =
-"SELECT message_id, bucket, state, attempts, payload, payload_bytes, received_at "
-"FROM inbox.entries "
-"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
-"AND (state = 'p' OR lease_until < $2 "
-"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
-"ORDER BY due, message_id "
-"LIMIT $3 "
-"FOR UPDATE SKIP LOCKED";
-
 /*
- * For a waiting take that found nothing: is any open message of the scope
- * due (one it could not take), and when is the next one due?
+ * The statements, each on the leaf that holds the scope's entries (%d):
+ * a scope lives in one leaf (inbox.h), so a take reads one open-messages
+ * index, in its order, and never merges leaves.
  */
-static SPIPlanPtr held_plan = NULL;
-
-static const char *const held_sql =
-"SELECT 1 FROM inbox.entries "
-"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
-"LIMIT 1";
-
-static const char *const next_due_sql =
-"SELECT due FROM inbox.entries "
-"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due > $2 "
-"ORDER BY due LIMIT 1";
-
-/* Per-leaf statements; each %d is the bucket, which names its leaf too */
 typedef enum DeferredLeafPlan
 {
+	LEAF_CANDIDATES,			/* the due messages a take may hand out */
+	LEAF_HELD,					/* whether any is due (a waiting take) */
+	LEAF_NEXT_DUE,				/* when the next one is due (a waiting take) */
 	LEAF_TAKE,					/* hand a message out */
 	LEAF_DIE,					/* a lost message out of attempts */
 	LEAF_COMPLETE,				/* done, by its owner session */
@@ -147,39 +124,59 @@ typedef enum DeferredLeafPlan
 	DEFERRED_LEAF_PLANS
 } DeferredLeafPlan;
 
-static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_BUCKETS];
+static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_LEAVES];
 
 static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
+	[LEAF_CANDIDATES] =
+	"SELECT message_id, state, attempts, payload, payload_bytes, received_at "
+	"FROM inbox.entries_p%d "
+	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
+	"AND (state = 'p' OR lease_until < $2 "
+	"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
+	"ORDER BY due, message_id "
+	"LIMIT $3 "
+	"FOR UPDATE SKIP LOCKED",
+	[LEAF_HELD] =
+	"SELECT 1 FROM inbox.entries_p%d "
+	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
+	"LIMIT 1",
+	[LEAF_NEXT_DUE] =
+	"SELECT due FROM inbox.entries_p%d "
+	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due > $2 "
+	"ORDER BY due LIMIT 1",
 	[LEAF_TAKE] =
 	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
 	"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
 	"receipt = $6 "
-	"WHERE scope = $1 AND message_id = $2 AND bucket = %d",
+	"WHERE scope = $1 AND message_id = $2",
 	[LEAF_DIE] =
 	"UPDATE inbox.entries_p%d SET state = 'x', owner_session = NULL, lease_until = NULL, "
 	"due = NULL, receipt = NULL, taken_at = $3, finished_at = $3, "
 	"last_error = COALESCE(last_error, 'worker lost during the last allowed attempt') "
-	"WHERE scope = $1 AND message_id = $2 AND bucket = %d",
+	"WHERE scope = $1 AND message_id = $2",
 	[LEAF_COMPLETE] =
 	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
 	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-	"WHERE scope = $1 AND message_id = $2 AND bucket = %d AND state = 'r' AND owner_session = $4",
+	"WHERE scope = $1 AND message_id = $2 AND state = 'r' AND owner_session = $4",
 	[LEAF_COMPLETE_RECEIPT] =
 	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
 	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-	"WHERE receipt = $2 AND scope = $1 AND state = 'r' AND bucket = %d",
+	"WHERE receipt = $2 AND scope = $1 AND state = 'r'",
 	/* A message taken without a lease stays due from its take */
 	[LEAF_EXTEND_RECEIPT] =
 	"UPDATE inbox.entries_p%d SET lease_until = $3, "
 	"due = CASE WHEN lease_until IS NULL THEN due ELSE $3 END "
-	"WHERE receipt = $2 AND scope = $1 AND state = 'r' AND bucket = %d "
+	"WHERE receipt = $2 AND scope = $1 AND state = 'r' "
 	"RETURNING lease_until",
 	[LEAF_RESULT] =
-	"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2 AND bucket = %d",
+	"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2",
 };
 
-static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {7, 3, 4, 3, 3, 2};
+static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {3, 2, 2, 7, 3, 4, 3, 3, 2};
 static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
+	[LEAF_CANDIDATES] = {TEXTOID, TIMESTAMPTZOID, INT4OID},
+	[LEAF_HELD] = {TEXTOID, TIMESTAMPTZOID},
+	[LEAF_NEXT_DUE] = {TEXTOID, TIMESTAMPTZOID},
 	[LEAF_TAKE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID},
 	[LEAF_DIE] = {TEXTOID, TEXTOID, TIMESTAMPTZOID},
 	[LEAF_COMPLETE] = {TEXTOID, TEXTOID, JSONBOID, INT8OID},
@@ -215,13 +212,15 @@ deferred_init(void)
 							NULL, NULL, NULL);
 }
 
+/* The plan of kind on the leaf that holds scope's entries */
 static SPIPlanPtr
-leaf_plan(DeferredLeafPlan kind, int bucket)
+leaf_plan(DeferredLeafPlan kind, const text *scope)
 {
-	SPIPlanPtr *slot = &leaf_plans[kind][bucket];
+	int			leaf = inbox_scope_leaf(scope);
+	SPIPlanPtr *slot = &leaf_plans[kind][leaf];
 
 	if (*slot == NULL)
-		*slot = inbox_keep_plan(psprintf(leaf_sql[kind], bucket, bucket),
+		*slot = inbox_keep_plan(psprintf(leaf_sql[kind], leaf),
 								leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
 								CURSOR_OPT_GENERIC_PLAN);
 	return *slot;
@@ -255,9 +254,9 @@ allowed_attempts(TakeCall *call)
 	return call->allowed;
 }
 
-/* A new receipt for a message of bucket */
+/* A new receipt: a random (version 4) UUID */
 static pg_uuid_t *
-new_receipt(int bucket)
+new_receipt(void)
 {
 	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
 
@@ -265,25 +264,9 @@ new_receipt(int bucket)
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random receipt")));
-	/* a version 4 (random) UUID, whose first byte also names the leaf */
-	uuid->data[0] = (uuid->data[0] & ~(INBOX_BUCKETS - 1)) | bucket;
 	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x40;
 	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;
 	return uuid;
-}
-
-/* The bucket, and so the leaf, of the message a receipt was made for */
-static int
-receipt_bucket(const pg_uuid_t *receipt)
-{
-	return receipt->data[0] & (INBOX_BUCKETS - 1);
-}
-
-/* inbox.receipt_bucket(receipt uuid) -> smallint, for the SQL functions */
-Datum
-inbox_receipt_bucket(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_INT16((int16) receipt_bucket(PG_GETARG_UUID_P(0)));
 }
 
 /*
@@ -298,7 +281,6 @@ take_round(TakeCall *call, int *candidates)
 	Datum		lease_until = (Datum) 0;
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Oid			types[3] = {TEXTOID, TIMESTAMPTZOID, INT4OID};
 	SPITupleTable *picked;
 	uint64		npicked;
 	int			taken = 0;
@@ -314,7 +296,7 @@ take_round(TakeCall *call, int *candidates)
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
-		execute(inbox_plan(&candidates_plan, candidates_sql, 3, types), values, NULL, SPI_OK_SELECT);
+		execute(leaf_plan(LEAF_CANDIDATES, call->scope), values, NULL, SPI_OK_SELECT);
 	}
 	PG_FINALLY();
 	{
@@ -331,16 +313,12 @@ take_round(TakeCall *call, int *candidates)
 		TupleDesc	desc = picked->tupdesc;
 		bool		isnull;
 		Datum		message_id = SPI_getbinval(tuple, desc, 1, &isnull);
-		int			bucket = DatumGetInt16(SPI_getbinval(tuple, desc, 2, &isnull));
-		char		state = DatumGetChar(SPI_getbinval(tuple, desc, 3, &isnull));
-		Datum		d = SPI_getbinval(tuple, desc, 4, &isnull);
+		char		state = DatumGetChar(SPI_getbinval(tuple, desc, 2, &isnull));
+		Datum		d = SPI_getbinval(tuple, desc, 3, &isnull);
 		int			attempts = isnull ? 0 : DatumGetInt32(d);
 		Datum		out[7];
 		bool		out_nulls[7] = {false, false, false, false, false, false, false};
 		pg_uuid_t  *receipt;
-
-		if (bucket < 0 || bucket >= INBOX_BUCKETS)
-			elog(ERROR, "inbox entry has bucket %d", bucket);
 
 		/*
 		 * A processing message picked here was lost (its lease ran out, or
@@ -354,7 +332,7 @@ take_round(TakeCall *call, int *candidates)
 			values[0] = PointerGetDatum(call->scope);
 			values[1] = message_id;
 			values[2] = TimestampTzGetDatum(now);
-			execute(leaf_plan(LEAF_DIE, bucket), values, NULL, SPI_OK_UPDATE);
+			execute(leaf_plan(LEAF_DIE, call->scope), values, NULL, SPI_OK_UPDATE);
 			continue;
 		}
 
@@ -363,7 +341,7 @@ take_round(TakeCall *call, int *candidates)
 		 * due from now, so that every take checks on its owner.  A poll
 		 * under a lease hands it to a receipt until the lease runs out.
 		 */
-		receipt = call->receipts ? new_receipt(bucket) : NULL;
+		receipt = call->receipts ? new_receipt() : NULL;
 		values[0] = PointerGetDatum(call->scope);
 		values[1] = message_id;
 		values[2] = Int64GetDatum(call->owner);
@@ -373,15 +351,15 @@ take_round(TakeCall *call, int *candidates)
 		values[5] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
 		nulls[5] = receipt != NULL ? ' ' : 'n';
 		values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
-		execute(leaf_plan(LEAF_TAKE, bucket), values, nulls, SPI_OK_UPDATE);
+		execute(leaf_plan(LEAF_TAKE, call->scope), values, nulls, SPI_OK_UPDATE);
 		if (SPI_processed != 1)
 			elog(ERROR, "inbox_take: a message it had locked was not updated");
 
 		out[0] = message_id;
-		out[1] = SPI_getbinval(tuple, desc, 5, &out_nulls[1]);
-		out[2] = SPI_getbinval(tuple, desc, 6, &out_nulls[2]);
+		out[1] = SPI_getbinval(tuple, desc, 4, &out_nulls[1]);
+		out[2] = SPI_getbinval(tuple, desc, 5, &out_nulls[2]);
 		out[3] = Int32GetDatum(attempts + 1);
-		out[4] = SPI_getbinval(tuple, desc, 7, &out_nulls[4]);
+		out[4] = SPI_getbinval(tuple, desc, 6, &out_nulls[4]);
 		out[5] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
 		out_nulls[5] = receipt == NULL;
 		out[6] = lease_until;
@@ -398,18 +376,17 @@ take_round(TakeCall *call, int *candidates)
 static TimestampTz
 sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 {
-	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
 	Datum		values[2];
 	bool		isnull;
 	TimestampTz until = deadline;
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
-	execute(inbox_plan(&held_plan, held_sql, 2, types), values, NULL, SPI_OK_SELECT);
+	execute(leaf_plan(LEAF_HELD, call->scope), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
 	SPI_freetuptable(SPI_tuptable);
-	execute(inbox_plan(&next_due_plan, next_due_sql, 2, types), values, NULL, SPI_OK_SELECT);
+	execute(leaf_plan(LEAF_NEXT_DUE, call->scope), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
@@ -567,7 +544,7 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE, inbox_bucket(scope, message_id)), values, nulls, SPI_OK_UPDATE);
+	execute(leaf_plan(LEAF_COMPLETE, scope), values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
@@ -605,7 +582,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, receipt_bucket(receipt)),
+	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, scope),
 			values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
@@ -663,7 +640,7 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_EXTEND_RECEIPT, receipt_bucket(receipt)),
+	execute(leaf_plan(LEAF_EXTEND_RECEIPT, scope),
 			values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed != 1)
 	{
@@ -697,7 +674,7 @@ inbox_result_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_RESULT, inbox_bucket(scope, message_id)), values, NULL, SPI_OK_SELECT);
+	execute(leaf_plan(LEAF_RESULT, scope), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 1)
 	{
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

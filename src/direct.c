@@ -29,7 +29,7 @@
  *	  UTF-8), and the bucket, which this call computed itself.  They stay
  *	  on the table for rows that arrive by any other path, a restore's
  *	  COPY above all;
- *	- the partition constraint: the bucket names the leaf;
+ *	- the partition constraint: the bucket's high bits name the leaf;
  *	- triggers, row-level security, and the other columns' defaults: the
  *	  leaf has none of them.  That is checked at every call, with the
  *	  leaf's column layout, and anything unexpected sends the claim through
@@ -81,7 +81,7 @@ static bool direct_insert = true;
  * The leaves' OIDs, found on first use and forgotten at any invalidation
  * of one of them (DROP EXTENSION drops them) or of the whole cache.
  */
-static Oid	leaf_relids[INBOX_BUCKETS];
+static Oid	leaf_relids[INBOX_LEAVES];
 static Oid	entries_relid = InvalidOid;
 static bool callback_registered = false;
 
@@ -159,7 +159,7 @@ forget_leaves(Datum arg, Oid relid)
 {
 	int			i;
 
-	for (i = 0; i < INBOX_BUCKETS; i++)
+	for (i = 0; i < INBOX_LEAVES; i++)
 		if (relid == InvalidOid || relid == leaf_relids[i])
 			leaf_relids[i] = InvalidOid;
 	if (relid == InvalidOid || relid == entries_relid)
@@ -173,23 +173,23 @@ forget_leaves(Datum arg, Oid relid)
 }
 
 static Oid
-leaf_relid(int bucket)
+leaf_relid(int leaf)
 {
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(forget_leaves, (Datum) 0);
 		callback_registered = true;
 	}
-	if (!OidIsValid(leaf_relids[bucket]))
+	if (!OidIsValid(leaf_relids[leaf]))
 	{
 		char		name[NAMEDATALEN];
 
-		snprintf(name, sizeof(name), "entries_p%d", bucket);
-		leaf_relids[bucket] = inbox_relid(name);
+		snprintf(name, sizeof(name), "entries_p%d", leaf);
+		leaf_relids[leaf] = inbox_relid(name);
 	}
 	if (!OidIsValid(entries_relid))
 		entries_relid = inbox_relid("entries");
-	return leaf_relids[bucket];
+	return leaf_relids[leaf];
 }
 
 /*
@@ -408,7 +408,7 @@ struct InboxDirectWriter
 {
 	EState	   *estate;
 	bool		pushed;			/* whether it pushed the active snapshot */
-	DirectLeaf	leaves[INBOX_BUCKETS];
+	DirectLeaf	leaves[INBOX_LEAVES];
 };
 
 /*
@@ -482,7 +482,7 @@ inbox_direct_begin(void)
 static DirectLeaf *
 open_leaf(InboxDirectWriter *w, int bucket)
 {
-	DirectLeaf *leaf = &w->leaves[bucket];
+	DirectLeaf *leaf = &w->leaves[INBOX_BUCKET_LEAF(bucket)];
 	Oid			relid;
 	int			i;
 
@@ -491,7 +491,7 @@ open_leaf(InboxDirectWriter *w, int bucket)
 		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
 
 		leaf->state = -1;
-		relid = leaf_relid(bucket);
+		relid = leaf_relid(INBOX_BUCKET_LEAF(bucket));
 		if (OidIsValid(relid))
 		{
 			leaf->rel = table_open(relid, RowExclusiveLock);
@@ -669,7 +669,7 @@ inbox_direct_end(InboxDirectWriter *w)
 {
 	int			i;
 
-	for (i = 0; i < INBOX_BUCKETS; i++)
+	for (i = 0; i < INBOX_LEAVES; i++)
 	{
 		DirectLeaf *leaf = &w->leaves[i];
 

@@ -45,12 +45,21 @@
 #define INBOX_MAX_HASH_BYTES		64
 
 /*
- * inbox.entries is partitioned by a bucket that the extension computes
- * from the key's UTF-8 form (keys.c, inbox_bucket) and stores in the row:
- * leaf inbox.entries_p<N> holds bucket N.  sql/inbox.sql creates exactly
- * these leaves.
+ * inbox.entries is range-partitioned by a bucket that the extension
+ * computes from the key's UTF-8 form (keys.c, inbox_bucket) and stores in
+ * the row.  Its high bits are a hash of the scope alone and name the leaf:
+ * a scope's entries all sit in one leaf, so a claim, a batch or a take
+ * touches one heap and one set of indexes, as on an unpartitioned table.
+ * Its low INBOX_BUCKET_KEY_BITS are a hash of the whole key, which the
+ * CHECK entries_bucket compares on every restored row: they catch a
+ * message id whose bytes a restore reinterpreted.  Leaf inbox.entries_p<N>
+ * holds buckets N << INBOX_BUCKET_KEY_BITS up to the next leaf's; sql/
+ * inbox.sql creates exactly these INBOX_LEAVES leaves, and every bucket
+ * fits a smallint.
  */
-#define INBOX_BUCKETS				8
+#define INBOX_LEAVES				8
+#define INBOX_BUCKET_KEY_BITS		11
+#define INBOX_BUCKET_LEAF(bucket)	((bucket) >> INBOX_BUCKET_KEY_BITS)
 
 /* The states of an entry (inbox.entries.state, a "char") */
 #define INBOX_STATE_PENDING			'p'

@@ -162,19 +162,20 @@ inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * The bucket of a key: the leaf of inbox.entries that holds it, stored in
- * the entry's column "bucket".  It is a hash of the key's UTF-8 form, so
- * it does not depend on the database's encoding: a dump restored into a
- * database of another encoding puts every entry back in the leaf where
- * claims will look for it.  (PostgreSQL's own hash partitioning hashes
- * the bytes of the server encoding, so such a restore used to route a
- * re-encoded key into another leaf, or fail that leaf's COPY.)
+ * The bucket of a key, stored in the entry's column "bucket" (see
+ * INBOX_LEAVES in inbox.h): the leaf of the scope in the high bits, a hash
+ * of the whole key in the low ones.  Both hash the key's UTF-8 form, so
+ * the bucket does not depend on the database's encoding: a dump restored
+ * into a database of another encoding puts every entry back in the leaf
+ * where claims will look for it.  (PostgreSQL's own hash partitioning
+ * hashes the bytes of the server encoding, so such a restore used to route
+ * a re-encoded key into another leaf, or fail that leaf's COPY.)
  *
- * 32-bit FNV-1a over scope, a 0xFF byte (which never occurs in UTF-8, so
- * that ("ab", "c") and ("a", "bc") differ), and message_id; then the
- * finalizer of MurmurHash3, so that the low bits taken by the modulo
- * depend on every input bit.  Defined on bytes and fixed here for good:
- * changing it would strand every stored entry.
+ * 32-bit FNV-1a, then the finalizer of MurmurHash3 so that the bits taken
+ * depend on every input bit: over the scope for the leaf; over the scope,
+ * a 0xFF byte (which never occurs in UTF-8, so that ("ab", "c") and ("a",
+ * "bc") differ) and the message id for the low bits.  Defined on bytes and
+ * fixed here for good: changing it would strand every stored entry.
  */
 #define FNV_OFFSET	2166136261u
 #define FNV_PRIME	16777619u
@@ -190,29 +191,47 @@ fnv1a(uint32 h, const char *s, int len)
 	return h;
 }
 
-int
-inbox_bucket(const text *scope, const text *message_id)
+static uint32
+murmur_finish(uint32 h)
 {
-	const char *s;
-	int			len;
-	uint32		h = FNV_OFFSET;
-
-	s = utf8_bytes(scope, &len);
-	h = fnv1a(h, s, len);
-	if (s != VARDATA_ANY(scope))
-		pfree((char *) s);
-	h = fnv1a(h, "\xff", 1);
-	s = utf8_bytes(message_id, &len);
-	h = fnv1a(h, s, len);
-	if (s != VARDATA_ANY(message_id))
-		pfree((char *) s);
-
 	h ^= h >> 16;
 	h *= 0x85ebca6bu;
 	h ^= h >> 13;
 	h *= 0xc2b2ae35u;
 	h ^= h >> 16;
-	return (int) (h % INBOX_BUCKETS);
+	return h;
+}
+
+/* FNV-1a of t's UTF-8 form, continuing from h */
+static uint32
+fnv1a_utf8(uint32 h, const text *t)
+{
+	int			len;
+	const char *s = utf8_bytes(t, &len);
+
+	h = fnv1a(h, s, len);
+	if (s != VARDATA_ANY(t))
+		pfree((char *) s);
+	return h;
+}
+
+/* The leaf of inbox.entries that holds every entry of scope */
+int
+inbox_scope_leaf(const text *scope)
+{
+	return (int) (murmur_finish(fnv1a_utf8(FNV_OFFSET, scope)) % INBOX_LEAVES);
+}
+
+int
+inbox_bucket(const text *scope, const text *message_id)
+{
+	uint32		h = fnv1a_utf8(FNV_OFFSET, scope);
+	int			leaf = (int) (murmur_finish(h) % INBOX_LEAVES);
+
+	h = fnv1a(h, "\xff", 1);
+	h = fnv1a_utf8(h, message_id);
+	return (leaf << INBOX_BUCKET_KEY_BITS) |
+		(int) (murmur_finish(h) & ((1u << INBOX_BUCKET_KEY_BITS) - 1));
 }
 
 /* inbox.bucket(scope text, message_id text) -> smallint: the same, for SQL */

@@ -21,6 +21,7 @@ extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,
 						   const char *argname, int maxbytes);
 extern bytea *inbox_hash_arg(FunctionCallInfo fcinfo, int argno);
 extern int	inbox_bucket(const text *scope, const text *message_id);
+extern int	inbox_scope_leaf(const text *scope);
 extern char *inbox_quote(const text *t);
 extern char *inbox_hex(const bytea *b);
 

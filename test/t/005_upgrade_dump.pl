@@ -516,7 +516,7 @@ my $history = q{
 };
 my $misplaced = q{
 	SELECT count(*) FROM inbox.entries
-	 WHERE tableoid::regclass::text <> 'inbox.entries_p' || bucket
+	 WHERE tableoid::regclass::text <> 'inbox.entries_p' || (bucket >> 11)
 		OR bucket <> inbox.bucket(scope, message_id)
 };
 for my $pair ([ 'LATIN1', 'UTF8' ], [ 'UTF8', 'LATIN1' ], [ 'SQL_ASCII', 'UTF8' ])
