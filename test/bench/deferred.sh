@@ -61,6 +61,39 @@ done
 sql "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, message_id text NOT NULL, payload jsonb NOT NULL);
 	 INSERT INTO hand_queue (message_id, payload)
 	 SELECT 'hand-' || g, jsonb_build_object('amount', g) FROM generate_series(1, $def_backlog) g" >/dev/null
+# pgmq, where it is installed (it is not packaged for Debian: install its
+# SQL files from its source with PGXS), with the same backlog and payloads:
+# the queue issue 12 compares the deferred mode with.  Nothing of pgmq is
+# part of this project.
+have_pgmq=$(sql "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgmq'")
+if [ "$have_pgmq" = 1 ]; then
+	psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE EXTENSION pgmq;
+SELECT pgmq.create('bench'), pgmq.create('bench_batch'), pgmq.create('bench_send');
+CREATE PROCEDURE pgmq_work(n integer) LANGUAGE plpgsql AS $$
+DECLARE
+	ids bigint[];
+	amounts bigint[];
+BEGIN
+	SELECT array_agg(r.msg_id), array_agg((r.message->>'amount')::bigint)
+	  INTO ids, amounts FROM pgmq.read('bench_batch', 30, n) AS r;
+	COMMIT;
+	FOR i IN 1 .. coalesce(array_length(ids, 1), 0) LOOP
+		INSERT INTO orders (message_id, amount_cents) VALUES ('pgmqb-' || ids[i], amounts[i]);
+		PERFORM pgmq.delete('bench_batch', ids[i]);
+		COMMIT;
+	END LOOP;
+END $$;
+SQL
+	for q in bench bench_batch; do
+		sql "SELECT count(*) FROM generate_series(1, $def_backlog, 10000) b
+			 CROSS JOIN LATERAL pgmq.send_batch('$q', ARRAY(SELECT jsonb_build_object('amount', g)
+															FROM generate_series(b, b + 9999) g))" >/dev/null
+	done
+else
+	echo "pgmq is not installed here: the deferred runs are compared with the hand-written queue only."
+	echo
+fi
 sql "VACUUM ANALYZE" >/dev/null
 
 # def_run VARIANT: one pgbench run; prints "tps messages_per_second"
@@ -76,11 +109,17 @@ def_run()
 		batch) file=work_batch.sql; scope=work-batch ;;
 		claim) file=claim.sql; scope=claim
 			extra=(-D base="$((RANDOM * 100000000000))" -D span=99999999999) ;;
+		pgmq_one) file=pgmq_one.sql; scope=bench ;;
+		pgmq_batch) file=pgmq_batch.sql; scope=bench_batch ;;
+		pgmq_send) file=pgmq_send.sql; scope=bench_send
+			extra=(-D base="$((RANDOM * 100000000000))" -D span=99999999999) ;;
 	esac
 	sql "CHECKPOINT" >/dev/null
 	case $v in
 		receive|claim) before=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$scope'") ;;
 		hand) before=$(sql "SELECT -count(*) FROM hand_queue") ;;
+		pgmq_send) before=$(sql "SELECT count(*) FROM pgmq.q_$scope") ;;
+		pgmq_*) before=$(sql "SELECT -count(*) FROM pgmq.q_$scope") ;;
 		*) before=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$scope' AND state = 'd'") ;;
 	esac
 	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$def_seconds" \
@@ -93,6 +132,8 @@ def_run()
 	case $v in
 		receive|claim) after=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$scope'") ;;
 		hand) after=$(sql "SELECT -count(*) FROM hand_queue") ;;
+		pgmq_send) after=$(sql "SELECT count(*) FROM pgmq.q_$scope") ;;
+		pgmq_*) after=$(sql "SELECT -count(*) FROM pgmq.q_$scope") ;;
 		*) after=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$scope' AND state = 'd'") ;;
 	esac
 	awk -v t="$tps" -v n="$((after - before))" -v s="$def_seconds" \
@@ -101,6 +142,7 @@ def_run()
 
 declare -A def_msgs=() def_med=()
 variants=(receive one poll hand batch claim)
+[ "$have_pgmq" = 1 ] && variants+=(pgmq_send pgmq_one pgmq_batch)
 for ((r = 0; r < def_rounds; r++)); do
 	for ((i = 0; i < ${#variants[@]}; i++)); do
 		v=${variants[(i + r) % ${#variants[@]}]}
@@ -122,7 +164,7 @@ left=$(sql "SELECT count(*) FROM inbox.entries WHERE scope IN ('work-one', 'work
 
 echo "| variant | what one transaction does | messages/s median | min | max |"
 echo "|---|---|---:|---:|---:|"
-for v in receive one poll hand batch claim; do
+for v in "${variants[@]}"; do
 	read -r med min max <<<"$(stats "${def_msgs[$v]}")"
 	def_med[$v]=$med
 	case $v in
@@ -132,6 +174,9 @@ for v in receive one poll hand batch claim; do
 		one) what="inbox_take 1 + INSERT + inbox_complete, one transaction" ;;
 		batch) what="CALL: durable inbox_take of 10, then INSERT + inbox_complete per message, each committed" ;;
 		claim) what="inbox_claim + INSERT (variant c), same cluster" ;;
+		pgmq_send) what="pgmq.send of a new message (autocommit)" ;;
+		pgmq_one) what="pgmq.read 1 (30 s) + INSERT + pgmq.delete, one transaction" ;;
+		pgmq_batch) what="CALL: pgmq.read of 10 (committed), then INSERT + pgmq.delete per message, each committed" ;;
 	esac
 	echo "| $v | $what | $med | $min | $max |"
 done
@@ -140,5 +185,11 @@ echo "Every completed message has exactly one order ($bad without). $left messag
 echo
 awk -v o="${def_med[one]}" -v p="${def_med[poll]}" -v h="${def_med[hand]}" 'BEGIN {
 	printf "Ratios: one/hand %.2f, poll/hand %.2f (the hand-written queue deduplicates nothing and keeps no history).\n\n", o / h, p / h }'
+if [ "$have_pgmq" = 1 ]; then
+	awk -v o="${def_med[one]}" -v p="${def_med[poll]}" -v b="${def_med[batch]}" -v r="${def_med[receive]}" \
+		-v po="${def_med[pgmq_one]}" -v pb="${def_med[pgmq_batch]}" -v ps="${def_med[pgmq_send]}" 'BEGIN {
+		printf "Against pgmq (targets 1.0): one/pgmq_one %.2f, poll/pgmq_one %.2f, batch/pgmq_batch %.2f, receive/pgmq_send %.2f.\n\n",
+			o / po, p / po, b / pb, r / ps }'
+fi
 
 . "$here/plans.sh"
