@@ -53,30 +53,39 @@ sql "VACUUM ANALYZE inbox.entries" >/dev/null
 # After the ANALYZE: the statistics know nothing of this scope
 fill plan-stale 60000
 
-# plan_run CONDITION: messages/s of one client
+# plan_run CONDITION: messages/s of one client, and the cluster's CPU per
+# message in µs ("n/a" where /proc does not tell).  One client's rate
+# swings with the machine's noise; the CPU a message costs is the steadier
+# measure of what the plan does.
 plan_run()
 {
-	local c=$1 scope=plan-$1 opts="" out tps
+	local c=$1 scope=plan-$1 opts="" out tps n ticks0="" ticks1="" cpu=n/a
 	case $c in
 		generic) scope=plan-ref; opts="-c plan_cache_mode=force_generic_plan" ;;
 	esac
 	# Without the commit's flush, which would otherwise dominate one
 	# client's transaction and hide what the take costs
 	opts="$opts -c synchronous_commit=off"
+	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
 	out=$(PGOPTIONS="$opts" pgbench -n -M prepared -c 1 -T "$plan_seconds" -D scope="$scope" \
 		-f "$here/work_one.sql" 2>&1) || { echo "$out" >&2; fail "pgbench failed on plan condition $c"; }
+	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
-	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for plan condition $c"; }
-	echo "$tps"
+	n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+	[ -n "$tps" ] && [ -n "$n" ] || { echo "$out" >&2; fail "no tps for plan condition $c"; }
+	[ -n "$ticks1" ] && [ "$n" -gt 0 ] && cpu=$(((ticks1 - ticks0) * 1000000 / clk_tck / n))
+	echo "$tps $cpu"
 }
 
-declare -A plan_tps=()
+declare -A plan_tps=() plan_cpu=()
 conds=(ref stale generic big dead)
 for ((r = 0; r < plan_rounds; r++)); do
 	for ((i = 0; i < ${#conds[@]}; i++)); do
 		c=${conds[(i + r) % ${#conds[@]}]}
 		res=$(plan_run "$c") || exit 1
-		plan_tps[$c]="${plan_tps[$c]:-} $res"
+		read -r t u <<<"$res"
+		plan_tps[$c]="${plan_tps[$c]:-} $t"
+		[ "$u" != n/a ] && plan_cpu[$c]="${plan_cpu[$c]:-} $u"
 	done
 done
 
@@ -85,10 +94,14 @@ for b in 0 1 2 3 4 5 6 7; do
 done
 
 read -r ref_med _ <<<"$(stats "${plan_tps[ref]}")"
-echo "| condition | messages/s median | min | max | ratio to fresh |"
-echo "|---|---:|---:|---:|---:|"
+ref_cpu=n/a
+[ -n "${plan_cpu[ref]:-}" ] && read -r ref_cpu _ <<<"$(stats "${plan_cpu[ref]}")"
+echo "| condition | messages/s median | min | max | ratio to fresh | server CPU µs/message, median | CPU ratio to fresh (target ≤ 1.20) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
 for c in "${conds[@]}"; do
 	read -r med min max <<<"$(stats "${plan_tps[$c]}")"
+	cpu=n/a
+	[ -n "${plan_cpu[$c]:-}" ] && read -r cpu _ <<<"$(stats "${plan_cpu[$c]}")"
 	case $c in
 		ref) what="fresh statistics, 60k pending" ;;
 		stale) what="statistics that do not know the scope" ;;
@@ -96,8 +109,9 @@ for c in "${conds[@]}"; do
 		big) what="1M pending" ;;
 		dead) what="60k pending behind 200k dead letters" ;;
 	esac
-	awk -v w="$what" -v m="$med" -v a="$min" -v b="$max" -v r="$ref_med" \
-		'BEGIN { printf "| %s | %s | %s | %s | %.2f |\n", w, m, a, b, m / r }'
+	awk -v w="$what" -v m="$med" -v a="$min" -v b="$max" -v r="$ref_med" -v u="$cpu" -v ru="$ref_cpu" \
+		'BEGIN { cr = (u == "n/a" || ru == "n/a" || ru == 0) ? "n/a" : sprintf("%.2f", u / ru)
+				 printf "| %s | %s | %s | %s | %.2f | %s | %s |\n", w, m, a, b, m / r, u, cr }'
 done
 echo
 
