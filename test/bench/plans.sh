@@ -5,13 +5,14 @@
 #	  sourced by deferred.sh on its database.
 #
 #	  One client takes, applies the effect and completes (work_one.sql), in
-#	  scopes that differ in one way each from a reference scope of 10,000
+#	  scopes that differ in one way each from a reference scope of 200,000
 #	  pending messages with fresh statistics:
 #	    - stale: filled after the last ANALYZE, so the statistics do not
 #	      know the scope;
 #	    - generic: the reference under plan_cache_mode = force_generic_plan;
+#	    - small: 10,000 pending messages (topped up after every run);
 #	    - big: 1,000,000 pending messages;
-#	    - dead: 10,000 pending behind 200,000 dead letters.
+#	    - dead: 200,000 pending behind 200,000 dead letters.
 #	  Each should run within 20% of the reference.  Then the latency from a
 #	  receive's commit to the return of a waiting inbox_poll, and the CPU
 #	  that 50 idle waiting polls burn.
@@ -20,14 +21,20 @@
 #
 #-------------------------------------------------------------------------
 
-plan_seconds=${BENCH_PLAN_SECONDS:-5}
+# Transactions per run: a fixed count rather than a time, so that the
+# small scope's backlog stays between 10,000 and 10,000 minus this
+plan_tx=${BENCH_PLAN_TRANSACTIONS:-5000}
 plan_rounds=${BENCH_PLAN_ROUNDS:-5}
+# Pending messages of each scope but the big one.  The reference scope
+# serves two conditions (fresh and generic): every run must find messages
+# left, at up to some 3,000 a second.
+plan_pending=${BENCH_PLAN_PENDING:-200000}
 
 # BENCH_PLAN_ROUNDS=0 skips to the waiting takes
 if [ "$plan_rounds" -gt 0 ]; then
 echo "## Deferred mode: plans that do not depend on luck"
 echo
-echo "- 1 client, -M prepared, synchronous_commit = off, $plan_seconds s per run, $plan_rounds round(s) rotating the order, medians; take 1 + INSERT + complete per transaction"
+echo "- 1 client, -M prepared, synchronous_commit = off, $plan_tx transactions per run, $plan_rounds round(s) rotating the order, medians; take 1 + INSERT + complete per transaction"
 echo
 
 # fill SCOPE N [PREFIX]: N messages, by batches of 10,000
@@ -44,14 +51,15 @@ fill()
 for b in 0 1 2 3 4 5 6 7; do
 	sql "ALTER TABLE inbox.entries_p$b SET (autovacuum_enabled = off)" >/dev/null
 done
-fill plan-ref 60000
+fill plan-ref "$plan_pending"
 fill plan-big 1000000
+fill plan-small 10000
 fill plan-dead 200000
 sql "UPDATE inbox.entries SET state = 'x', due = NULL, finished_at = now() WHERE scope = 'plan-dead'" >/dev/null
-fill plan-dead 60000 live
+fill plan-dead "$plan_pending" live
 sql "VACUUM ANALYZE inbox.entries" >/dev/null
 # After the ANALYZE: the statistics know nothing of this scope
-fill plan-stale 60000
+fill plan-stale "$plan_pending"
 
 # plan_run CONDITION: messages/s of one client, and the cluster's CPU per
 # message in µs ("n/a" where /proc does not tell).  One client's rate
@@ -67,7 +75,7 @@ plan_run()
 	# client's transaction and hide what the take costs
 	opts="$opts -c synchronous_commit=off"
 	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
-	out=$(PGOPTIONS="$opts" pgbench -n -M prepared -c 1 -T "$plan_seconds" -D scope="$scope" \
+	out=$(PGOPTIONS="$opts" pgbench -n -M prepared -c 1 -t "$plan_tx" -D scope="$scope" \
 		-f "$here/work_one.sql" 2>&1) || { echo "$out" >&2; fail "pgbench failed on plan condition $c"; }
 	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
@@ -78,11 +86,15 @@ plan_run()
 }
 
 declare -A plan_tps=() plan_cpu=()
-conds=(ref stale generic big dead)
+conds=(ref small stale generic big dead)
 for ((r = 0; r < plan_rounds; r++)); do
 	for ((i = 0; i < ${#conds[@]}; i++)); do
 		c=${conds[(i + r) % ${#conds[@]}]}
 		res=$(plan_run "$c") || exit 1
+		# the small scope is topped up to its 10,000 pending again
+		[ "$c" = small ] && sql "SELECT count(*) FROM inbox_receive_many('plan-small',
+			ARRAY(SELECT 'top-$r-' || g FROM generate_series(1, $plan_tx) g),
+			ARRAY(SELECT jsonb_build_object('amount', g) FROM generate_series(1, $plan_tx) g))" >/dev/null
 		read -r t u <<<"$res"
 		plan_tps[$c]="${plan_tps[$c]:-} $t"
 		[ "$u" != n/a ] && plan_cpu[$c]="${plan_cpu[$c]:-} $u"
@@ -103,11 +115,12 @@ for c in "${conds[@]}"; do
 	cpu=n/a
 	[ -n "${plan_cpu[$c]:-}" ] && read -r cpu _ <<<"$(stats "${plan_cpu[$c]}")"
 	case $c in
-		ref) what="fresh statistics, 60k pending" ;;
+		ref) what="fresh statistics, $((plan_pending / 1000))k pending" ;;
 		stale) what="statistics that do not know the scope" ;;
 		generic) what="plan_cache_mode = force_generic_plan" ;;
+		small) what="10k pending" ;;
 		big) what="1M pending" ;;
-		dead) what="60k pending behind 200k dead letters" ;;
+		dead) what="$((plan_pending / 1000))k pending behind 200k dead letters" ;;
 	esac
 	awk -v w="$what" -v m="$med" -v a="$min" -v b="$max" -v r="$ref_med" -v u="$cpu" -v ru="$ref_cpu" \
 		'BEGIN { cr = (u == "n/a" || ru == "n/a" || ru == 0) ? "n/a" : sprintf("%.2f", u / ru)
