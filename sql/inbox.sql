@@ -58,8 +58,9 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * The bucket is stored rather than derived by PostgreSQL's hash
  * partitioning because that hash is of the key's bytes in the database's
  * encoding: a dump restored into another encoding would route re-encoded
- * keys to other leaves, or fail a leaf's COPY and lose every entry in it.  A stored bucket of the UTF-8
- * form puts every row back where claims look for it.  The claim path
+ * keys to other leaves, or fail a leaf's COPY and lose every entry in it.
+ * A stored bucket of the UTF-8 form puts every row back where claims look
+ * for it.  The claim path
  * writes and reads the key's leaf directly, without tuple routing.
  *
  * The NOT NULL constraints are named as PostgreSQL 18 would name them:

@@ -129,7 +129,7 @@ static SPIPlanPtr leaf_plans[LEAF_PLANS][INBOX_LEAVES];
 
 /*
  * The statements; %d is the leaf, and the last parameter the key's bucket
- * (key_execute appends it)
+ * (key_args appends it)
  */
 static const char *const leaf_sql[LEAF_PLANS] = {
 	[LEAF_INSERT] =

@@ -30,9 +30,9 @@
  * autoanalyze has not seen, or plan_cache_mode = force_generic_plan must
  * not turn it into a sequential scan and a sort.  So the plan is generic
  * from the start, and the implementation functions run with the scans that
- * could replace the ordered index scan disabled (their SET clauses), which holds
- * for every re-planning too, since a plan is only ever re-planned inside
- * them.
+ * could replace the ordered index scan disabled (their SET clauses),
+ * which holds for every re-planning too, since a plan is only ever
+ * re-planned inside them.
  *
  * A take by inbox_take binds the message to this session, as in 0.4.0: only
  * this session completes it, and the message is taken again when the
@@ -189,6 +189,7 @@ static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
 typedef struct TakeCall
 {
 	text	   *scope;
+	int			leaf;			/* the leaf that holds the scope's entries */
 	int			max_messages;
 	Interval   *lease;			/* NULL: no lease */
 	bool		receipts;		/* inbox_poll: return receipts and leases */
@@ -212,11 +213,10 @@ deferred_init(void)
 							NULL, NULL, NULL);
 }
 
-/* The plan of kind on the leaf that holds scope's entries */
+/* The plan of kind on leaf (inbox_scope_leaf of the call's scope) */
 static SPIPlanPtr
-leaf_plan(DeferredLeafPlan kind, const text *scope)
+leaf_plan(DeferredLeafPlan kind, int leaf)
 {
-	int			leaf = inbox_scope_leaf(scope);
 	SPIPlanPtr *slot = &leaf_plans[kind][leaf];
 
 	if (*slot == NULL)
@@ -296,7 +296,7 @@ take_round(TakeCall *call, int *candidates)
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
-		execute(leaf_plan(LEAF_CANDIDATES, call->scope), values, NULL, SPI_OK_SELECT);
+		execute(leaf_plan(LEAF_CANDIDATES, call->leaf), values, NULL, SPI_OK_SELECT);
 	}
 	PG_FINALLY();
 	{
@@ -332,7 +332,7 @@ take_round(TakeCall *call, int *candidates)
 			values[0] = PointerGetDatum(call->scope);
 			values[1] = message_id;
 			values[2] = TimestampTzGetDatum(now);
-			execute(leaf_plan(LEAF_DIE, call->scope), values, NULL, SPI_OK_UPDATE);
+			execute(leaf_plan(LEAF_DIE, call->leaf), values, NULL, SPI_OK_UPDATE);
 			continue;
 		}
 
@@ -351,7 +351,7 @@ take_round(TakeCall *call, int *candidates)
 		values[5] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
 		nulls[5] = receipt != NULL ? ' ' : 'n';
 		values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
-		execute(leaf_plan(LEAF_TAKE, call->scope), values, nulls, SPI_OK_UPDATE);
+		execute(leaf_plan(LEAF_TAKE, call->leaf), values, nulls, SPI_OK_UPDATE);
 		if (SPI_processed != 1)
 			elog(ERROR, "inbox_take: a message it had locked was not updated");
 
@@ -382,11 +382,11 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
-	execute(leaf_plan(LEAF_HELD, call->scope), values, NULL, SPI_OK_SELECT);
+	execute(leaf_plan(LEAF_HELD, call->leaf), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
 	SPI_freetuptable(SPI_tuptable);
-	execute(leaf_plan(LEAF_NEXT_DUE, call->scope), values, NULL, SPI_OK_SELECT);
+	execute(leaf_plan(LEAF_NEXT_DUE, call->leaf), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
@@ -426,6 +426,7 @@ take(FunctionCallInfo fcinfo, bool poll)
 	int			candidates;
 
 	call.scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	call.leaf = inbox_scope_leaf(call.scope);
 	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1 || PG_GETARG_INT32(1) > TAKE_MAX_MESSAGES)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -544,7 +545,7 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE, scope), values, nulls, SPI_OK_UPDATE);
+	execute(leaf_plan(LEAF_COMPLETE, inbox_scope_leaf(scope)), values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
@@ -582,7 +583,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, scope),
+	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, inbox_scope_leaf(scope)),
 			values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
@@ -640,7 +641,7 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_EXTEND_RECEIPT, scope),
+	execute(leaf_plan(LEAF_EXTEND_RECEIPT, inbox_scope_leaf(scope)),
 			values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed != 1)
 	{
@@ -674,7 +675,7 @@ inbox_result_1_0(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_RESULT, scope), values, NULL, SPI_OK_SELECT);
+	execute(leaf_plan(LEAF_RESULT, inbox_scope_leaf(scope)), values, NULL, SPI_OK_SELECT);
 	if (SPI_processed == 1)
 	{
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);

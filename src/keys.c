@@ -215,18 +215,25 @@ fnv1a_utf8(uint32 h, const text *t)
 	return h;
 }
 
+/* The leaf of a scope, from the FNV-1a of its UTF-8 form */
+static int
+leaf_of_scope_hash(uint32 h)
+{
+	return (int) (murmur_finish(h) % INBOX_LEAVES);
+}
+
 /* The leaf of inbox.entries that holds every entry of scope */
 int
 inbox_scope_leaf(const text *scope)
 {
-	return (int) (murmur_finish(fnv1a_utf8(FNV_OFFSET, scope)) % INBOX_LEAVES);
+	return leaf_of_scope_hash(fnv1a_utf8(FNV_OFFSET, scope));
 }
 
 int
 inbox_bucket(const text *scope, const text *message_id)
 {
 	uint32		h = fnv1a_utf8(FNV_OFFSET, scope);
-	int			leaf = (int) (murmur_finish(h) % INBOX_LEAVES);
+	int			leaf = leaf_of_scope_hash(h);
 
 	h = fnv1a(h, "\xff", 1);
 	h = fnv1a_utf8(h, message_id);
