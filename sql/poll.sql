@@ -157,5 +157,22 @@ SELECT regress.try($$SELECT * FROM inbox_receive_many('batch', ARRAY['n-1'], ARR
 SELECT count(*) AS written FROM inbox.entries WHERE scope = 'batch' AND message_id LIKE 'n-%';
 SELECT count(*) AS taken FROM inbox_take('batch', 100);
 
+-- A take hands its messages out TAKE_CHUNK (64) to an UPDATE: 150 span
+-- three, and each message keeps the receipt it was returned with, in the
+-- order due, then id.
+SELECT count(*) FROM inbox_receive_many('chunks', ARRAY(SELECT 'c-' || lpad(g::text, 3, '0') FROM generate_series(1, 150) g),
+										ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 150) g));
+TRUNCATE regress.receipts;
+INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('chunks', 150, lease => '1 minute');
+SELECT count(*) AS taken, count(*) FILTER (WHERE e.receipt = r.receipt AND e.state = 'r' AND e.attempts = 1) AS held_by_their_receipts,
+	   count(DISTINCT r.receipt) AS receipts
+FROM regress.receipts r JOIN inbox.entries e ON e.scope = 'chunks' AND e.message_id = r.message_id;
+SELECT count(*) AS under_lease_retaken FROM inbox_poll('chunks', 150);
+UPDATE inbox.entries SET due = now() - interval '1 hour', lease_until = now() - interval '1 hour' WHERE scope = 'chunks';
+SELECT array_agg(message_id) = array_agg(message_id ORDER BY message_id) AS in_order, count(*),
+	   min(message_id), max(message_id), bool_and(attempts = 2) AS second_attempt
+FROM (SELECT message_id, attempts FROM inbox_poll('chunks', 150)) t;
+
 DROP TABLE regress.receipts;
 DROP FUNCTION regress.try_receipt(text);
+
