@@ -418,7 +418,7 @@ static int
 direct_call(void *arg)
 {
 	DirectCall *c = (DirectCall *) arg;
-	InboxDirectWriter *w = inbox_direct_begin();
+	InboxDirectWriter *w = inbox_direct_begin("INSERT");
 	InboxDirectResult r;
 
 	if (w == NULL)
@@ -1115,7 +1115,7 @@ batch_direct_call(void *arg)
 {
 	BatchDirectCall *c = (BatchDirectCall *) arg;
 	Batch	   *batch = c->batch;
-	InboxDirectWriter *w = inbox_direct_begin();
+	InboxDirectWriter *w = inbox_direct_begin("INSERT");
 	int			i;
 
 	if (w == NULL)

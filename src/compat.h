@@ -13,6 +13,7 @@
 #define INBOX_COMPAT_H
 
 #include "access/genam.h"
+#include "access/tableam.h"
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "storage/lock.h"
@@ -105,6 +106,52 @@ inbox_check_index_constraints(ResultRelInfo *rri, TupleTableSlot *slot, EState *
 	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, NULL, arbiter);
 #else
 	return ExecCheckIndexConstraints(rri, slot, estate, conflict_tid, arbiter);
+#endif
+}
+
+/*
+ * table_tuple_update (direct.c's completion, which never has a crosscheck
+ * snapshot and always waits): in 16 its "update_indexes" became which
+ * indexes need entries, all or only the summarizing ones, and
+ * ExecInsertIndexTuples took "onlySummarizing" to match.
+ */
+#define INBOX_UPDATE_INDEXES_NONE			0
+#define INBOX_UPDATE_INDEXES_ALL			1
+#define INBOX_UPDATE_INDEXES_SUMMARIZING	2
+
+static inline TM_Result
+inbox_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId cid,
+				   Snapshot snapshot, TM_FailureData *tmfd, LockTupleMode *lockmode,
+				   int *index_mode)
+{
+	TM_Result	result;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	result = table_tuple_update(rel, otid, slot, cid, snapshot, InvalidSnapshot, true,
+								tmfd, lockmode, &update_indexes);
+	*index_mode = update_indexes == TU_None ? INBOX_UPDATE_INDEXES_NONE :
+		update_indexes == TU_Summarizing ? INBOX_UPDATE_INDEXES_SUMMARIZING :
+		INBOX_UPDATE_INDEXES_ALL;
+#else
+	bool		update_indexes;
+
+	result = table_tuple_update(rel, otid, slot, cid, snapshot, InvalidSnapshot, true,
+								tmfd, lockmode, &update_indexes);
+	*index_mode = update_indexes ? INBOX_UPDATE_INDEXES_ALL : INBOX_UPDATE_INDEXES_NONE;
+#endif
+	return result;
+}
+
+static inline List *
+inbox_update_index_tuples(ResultRelInfo *rri, TupleTableSlot *slot, EState *estate,
+						  bool only_summarizing)
+{
+#if PG_VERSION_NUM >= 160000
+	return ExecInsertIndexTuples(rri, slot, estate, true, false, NULL, NIL, only_summarizing);
+#else
+	Assert(!only_summarizing);
+	return ExecInsertIndexTuples(rri, slot, estate, true, false, NULL, NIL);
 #endif
 }
 

@@ -71,6 +71,7 @@
 #include "claim.h"
 #include "compat.h"
 #include "deferred.h"
+#include "direct.h"
 #include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
@@ -586,16 +587,33 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
+	int			leaf;
+	InboxDirectWriter *w;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
 	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 	values[3] = Int64GetDatum(inbox_owner_key());
+	leaf = inbox_scope_leaf(scope);
 
+	/* Without the planner where it may (direct.c), else the kept plan */
+	w = inbox_direct_begin("UPDATE");
+	if (w != NULL)
+	{
+		InboxDirectResult done = inbox_direct_complete(w, leaf, scope, message_id,
+													   values[2], PG_ARGISNULL(2),
+													   DatumGetInt64(values[3]));
+
+		inbox_direct_end(w);
+		if (done == INBOX_DIRECT_INSERTED)
+			PG_RETURN_VOID();
+	}
+
+	/* Also where direct.c found nothing to complete: the UPDATE finds none */
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE, inbox_scope_leaf(scope)), values, nulls, SPI_OK_UPDATE);
+	execute(leaf_plan(LEAF_COMPLETE, leaf), values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};

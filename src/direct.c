@@ -104,10 +104,11 @@ static struct
 static int	nknown_indexes = 0;
 
 /*
- * The columns of inbox.entries that a claim sets, by position, as
- * sql/inbox.sql defines them; every other column is NULL in a claim's
- * entry and has no default.  direct_layout_ok() checks the leaf against
- * this before every write.
+ * The columns of inbox.entries, by position, as sql/inbox.sql defines
+ * them.  A claim sets the first six; every other column is NULL in a
+ * claim's entry and has no default.  A completion sets the ones from
+ * ATT_OWNER_SESSION on.  direct_layout_ok() checks the leaf against this
+ * before every write.
  */
 #define ENTRIES_NATTS			17
 #define ATT_SCOPE				1
@@ -116,6 +117,12 @@ static int	nknown_indexes = 0;
 #define ATT_RECEIVED_AT			4
 #define ATT_PAYLOAD_HASH		5
 #define ATT_STATE				6
+#define ATT_OWNER_SESSION		10
+#define ATT_LEASE_UNTIL			12
+#define ATT_DUE					13
+#define ATT_RECEIPT				14
+#define ATT_RESULT				16
+#define ATT_FINISHED_AT			17
 
 static const struct
 {
@@ -128,6 +135,17 @@ static const struct
 	[ATT_RECEIVED_AT] = {"received_at", TIMESTAMPTZOID},
 	[ATT_PAYLOAD_HASH] = {"payload_hash", BYTEAOID},
 	[ATT_STATE] = {"state", CHAROID},
+	{"payload", JSONBOID},
+	{"payload_bytes", BYTEAOID},
+	{"attempts", INT4OID},
+	[ATT_OWNER_SESSION] = {"owner_session", INT8OID},
+	{"taken_at", TIMESTAMPTZOID},
+	[ATT_LEASE_UNTIL] = {"lease_until", TIMESTAMPTZOID},
+	[ATT_DUE] = {"due", TIMESTAMPTZOID},
+	[ATT_RECEIPT] = {"receipt", UUIDOID},
+	{"last_error", TEXTOID},
+	[ATT_RESULT] = {"result", JSONBOID},
+	[ATT_FINISHED_AT] = {"finished_at", TIMESTAMPTZOID},
 };
 
 /*
@@ -216,7 +234,7 @@ direct_layout_ok(Relation rel)
 		desc->constr == NULL ||
 		desc->constr->num_defval != 2)
 		return false;
-	for (attno = ATT_SCOPE; attno <= ATT_STATE; attno++)
+	for (attno = ATT_SCOPE; attno <= ENTRIES_NATTS; attno++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
 
@@ -402,6 +420,7 @@ typedef struct DirectLeaf
 	TupleTableSlot *slot;
 	List	   *arbiter;		/* its primary key, the ON CONFLICT arbiter */
 	Relation	pkey;			/* that index */
+	TupleTableSlot *new_slot;	/* a completion's new version */
 } DirectLeaf;
 
 struct InboxDirectWriter
@@ -412,12 +431,14 @@ struct InboxDirectWriter
 };
 
 /*
- * Start writing claims' entries, one or a batch, as one statement would:
- * NULL when claims must take SPI (Citus, inbox.direct_insert = off, or no
- * inbox.entries).  End with inbox_direct_end().
+ * Start writing entries (claims' entries, one or a batch, or a
+ * completion) as one statement would: NULL when they must take SPI
+ * (Citus, inbox.direct_insert = off, or no inbox.entries).  command is
+ * the statement's, INSERT or UPDATE, for its errors.  End with
+ * inbox_direct_end().
  */
 InboxDirectWriter *
-inbox_direct_begin(void)
+inbox_direct_begin(const char *command)
 {
 	InboxDirectWriter *w;
 	EState	   *estate;
@@ -429,8 +450,8 @@ inbox_direct_begin(void)
 		return NULL;
 
 	/* As the executor refuses an INSERT, duplicate or not, before it runs */
-	PreventCommandIfReadOnly("INSERT");
-	PreventCommandIfParallelMode("INSERT");
+	PreventCommandIfReadOnly(command);
+	PreventCommandIfParallelMode(command);
 
 	/*
 	 * A lock on inbox.entries, parent before leaf as DDL takes them: the
@@ -478,11 +499,11 @@ inbox_direct_begin(void)
 	return w;
 }
 
-/* The leaf of bucket, opened on first use; NULL if it must take SPI */
+/* Leaf number leafno, opened on first use; NULL if it must take SPI */
 static DirectLeaf *
-open_leaf(InboxDirectWriter *w, int bucket)
+open_leaf(InboxDirectWriter *w, int leafno)
 {
-	DirectLeaf *leaf = &w->leaves[INBOX_BUCKET_LEAF(bucket)];
+	DirectLeaf *leaf = &w->leaves[leafno];
 	Oid			relid;
 	int			i;
 
@@ -491,7 +512,7 @@ open_leaf(InboxDirectWriter *w, int bucket)
 		MemoryContext old = MemoryContextSwitchTo(w->estate->es_query_cxt);
 
 		leaf->state = -1;
-		relid = leaf_relid(INBOX_BUCKET_LEAF(bucket));
+		relid = leaf_relid(leafno);
 		if (OidIsValid(relid))
 		{
 			leaf->rel = table_open(relid, RowExclusiveLock);
@@ -531,7 +552,7 @@ InboxDirectResult
 inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_id,
 				   bytea *payload_hash)
 {
-	DirectLeaf *leaf = open_leaf(w, bucket);
+	DirectLeaf *leaf = open_leaf(w, INBOX_BUCKET_LEAF(bucket));
 	EState	   *estate = w->estate;
 	TupleTableSlot *slot;
 	MemoryContext caller_cxt;
@@ -626,7 +647,7 @@ bool
 inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope, text *message_id,
 					TimestampTz *received_at, bytea **payload_hash, char *state)
 {
-	DirectLeaf *leaf = open_leaf(w, bucket);
+	DirectLeaf *leaf = open_leaf(w, INBOX_BUCKET_LEAF(bucket));
 	ScanKeyData keys[3];
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
@@ -663,6 +684,158 @@ inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope, text *message
 	return found;
 }
 
+/* Whether the entry in slot is processing and held by owner */
+static bool
+held_by(TupleTableSlot *slot, int64 owner)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (DatumGetChar(slot_getattr(slot, ATT_STATE, &isnull)) != INBOX_STATE_PROCESSING)
+		return false;
+	d = slot_getattr(slot, ATT_OWNER_SESSION, &isnull);
+	return !isnull && DatumGetInt64(d) == owner;
+}
+
+/*
+ * Complete the message (scope, message_id) in leaf leafno, which must be
+ * processing and held by owner, as deferred.c's LEAF_COMPLETE statement
+ * would:
+ *
+ *	UPDATE ... SET state = 'd', result = result, finished_at = now(),
+ *		owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL
+ *	WHERE scope = ... AND message_id = ... AND state = 'r' AND owner_session = owner
+ *
+ * That UPDATE costs an executor start and the rebuilding of the table's
+ * three CHECK expressions, which no column it sets is read by; done here,
+ * it costs the index scan, the heap update and the index entries of the
+ * new version.  The new version is done, so only the indexes that hold
+ * claims' entries get one (open_claim_indexes): the primary key and the
+ * retention index, which the update hints as unchanged so that btree's
+ * bottom-up deletion removes the versions that completions leave behind,
+ * as it does for the SQL statement.
+ *
+ * A concurrent update is followed as the executor follows it (nodeModifyTable.c's
+ * ExecUpdate, then EvalPlanQual): under READ COMMITTED, the latest version
+ * is locked and checked again; under REPEATABLE READ and SERIALIZABLE, it
+ * is a serialization failure.  INBOX_DIRECT_INSERTED when the message was
+ * completed, INBOX_DIRECT_CONFLICT when no such message is held by owner
+ * (the caller explains why), INBOX_DIRECT_UNAVAILABLE, having done
+ * nothing, when the leaf is not what this module expects.
+ */
+InboxDirectResult
+inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *message_id,
+					  Datum result, bool result_isnull, int64 owner)
+{
+	DirectLeaf *leaf = open_leaf(w, leafno);
+	EState	   *estate = w->estate;
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	TupleTableSlot *old;
+	TupleTableSlot *new;
+	Snapshot	snapshot;
+	MemoryContext caller_cxt;
+	InboxDirectResult outcome = INBOX_DIRECT_CONFLICT;
+	bool		found;
+
+	if (leaf == NULL ||
+		pg_class_aclcheck(RelationGetRelid(leaf->rel), GetUserId(), ACL_UPDATE) != ACLCHECK_OK ||
+		pg_class_aclcheck(RelationGetRelid(leaf->rel), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		return INBOX_DIRECT_UNAVAILABLE;
+	if (leaf->new_slot == NULL)
+	{
+		MemoryContext old_cxt = MemoryContextSwitchTo(estate->es_query_cxt);
+
+		leaf->new_slot = table_slot_create(leaf->rel, NULL);
+		MemoryContextSwitchTo(old_cxt);
+	}
+	old = leaf->slot;
+	new = leaf->new_slot;
+	caller_cxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
+
+	/* The statement's snapshot, as SPI would take it */
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	snapshot = GetActiveSnapshot();
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
+	scan = inbox_index_beginscan(leaf->rel, leaf->pkey, snapshot, 2);
+	index_rescan(scan, keys, 2, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, old);
+	index_endscan(scan);
+
+	while (found && held_by(old, owner))
+	{
+		ItemPointerData tid = old->tts_tid;
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		TM_Result	tm;
+		int			index_mode;
+
+		/* The new version: the old one, done */
+		slot_getallattrs(old);
+		ExecClearTuple(new);
+		memcpy(new->tts_values, old->tts_values, ENTRIES_NATTS * sizeof(Datum));
+		memcpy(new->tts_isnull, old->tts_isnull, ENTRIES_NATTS * sizeof(bool));
+		new->tts_values[ATT_STATE - 1] = CharGetDatum(INBOX_STATE_DONE);
+		new->tts_values[ATT_RESULT - 1] = result;
+		new->tts_isnull[ATT_RESULT - 1] = result_isnull;
+		new->tts_values[ATT_FINISHED_AT - 1] =
+			TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+		new->tts_isnull[ATT_FINISHED_AT - 1] = false;
+		new->tts_isnull[ATT_OWNER_SESSION - 1] = true;
+		new->tts_isnull[ATT_LEASE_UNTIL - 1] = true;
+		new->tts_isnull[ATT_DUE - 1] = true;
+		new->tts_isnull[ATT_RECEIPT - 1] = true;
+		ExecStoreVirtualTuple(new);
+
+		tm = inbox_tuple_update(leaf->rel, &tid, new, estate->es_output_cid, snapshot,
+								&tmfd, &lockmode, &index_mode);
+		if (tm == TM_Ok)
+		{
+			if (index_mode != INBOX_UPDATE_INDEXES_NONE)
+				list_free(inbox_update_index_tuples(leaf->rri, new, estate,
+													index_mode == INBOX_UPDATE_INDEXES_SUMMARIZING));
+			outcome = INBOX_DIRECT_INSERTED;
+			break;
+		}
+		if (tm == TM_SelfModified)
+			elog(ERROR, "inbox_complete: the entry was already updated by this command");
+		if (tm != TM_Updated && tm != TM_Deleted)
+			elog(ERROR, "inbox_complete: unexpected table_tuple_update status: %d", (int) tm);
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent %s",
+							tm == TM_Deleted ? "delete" : "update")));
+		if (tm == TM_Deleted)
+			break;
+
+		/*
+		 * Another transaction updated the entry and committed: its latest
+		 * version, locked, is checked again, as EvalPlanQual does.
+		 */
+		tm = table_tuple_lock(leaf->rel, &tid, snapshot, old, estate->es_output_cid,
+							  lockmode, LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+							  &tmfd);
+		if (tm == TM_Deleted)
+			break;
+		if (tm != TM_Ok)
+			elog(ERROR, "inbox_complete: unexpected table_tuple_lock status: %d", (int) tm);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	ExecClearTuple(new);
+	ExecClearTuple(old);
+	PopActiveSnapshot();
+	MemoryContextSwitchTo(caller_cxt);
+	ResetPerTupleExprContext(estate);
+	return outcome;
+}
+
 /* The end of the statement begun by inbox_direct_begin() */
 void
 inbox_direct_end(InboxDirectWriter *w)
@@ -675,6 +848,8 @@ inbox_direct_end(InboxDirectWriter *w)
 
 		if (leaf->slot != NULL)
 			ExecDropSingleTupleTableSlot(leaf->slot);
+		if (leaf->new_slot != NULL)
+			ExecDropSingleTupleTableSlot(leaf->new_slot);
 		if (leaf->rri != NULL)
 			ExecCloseIndices(leaf->rri);
 		if (leaf->rel != NULL)

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * direct.h
- *	  A claim's entry written into its leaf without the planner.
+ *	  A claim's entry written into its leaf, and a completion, without the
+ *	  planner.
  *
  * src/direct.h
  *
@@ -15,8 +16,8 @@
 
 typedef enum InboxDirectResult
 {
-	INBOX_DIRECT_INSERTED,		/* this call wrote the entry */
-	INBOX_DIRECT_CONFLICT,		/* an entry of the key exists */
+	INBOX_DIRECT_INSERTED,		/* this call wrote the entry (or completed it) */
+	INBOX_DIRECT_CONFLICT,		/* an entry of the key exists (none to complete) */
 	INBOX_DIRECT_UNAVAILABLE	/* nothing done: use SPI */
 } InboxDirectResult;
 
@@ -24,12 +25,15 @@ typedef struct InboxDirectWriter InboxDirectWriter;
 
 extern void direct_init(void);
 extern bool inbox_direct_available(void);
-extern InboxDirectWriter *inbox_direct_begin(void);
+extern InboxDirectWriter *inbox_direct_begin(const char *command);
 extern InboxDirectResult inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope,
 											text *message_id, bytea *payload_hash);
 extern bool inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope,
 								text *message_id, TimestampTz *received_at,
 								bytea **payload_hash, char *state);
+extern InboxDirectResult inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope,
+											   text *message_id, Datum result, bool result_isnull,
+											   int64 owner);
 extern void inbox_direct_end(InboxDirectWriter *w);
 
 #endif							/* INBOX_DIRECT_H */
