@@ -114,3 +114,39 @@ RESET inbox.idle_threshold;
 -- The backlog in inbox_stats.
 SELECT scope, pending, processing, dead, oldest_pending_age IS NOT NULL AS has_pending, failures
 FROM inbox_stats WHERE scope IN ('orders', 'keep') ORDER BY 1;
+
+-- A completion by message id is written by src/direct.c, or through SPI
+-- with inbox.direct_insert = off: the same done entry either way, in the
+-- transaction of its take or after it, and every index of the leaves holds
+-- what it should (amcheck, heapallindexed), including a partial index of
+-- done entries added for the test.
+CREATE EXTENSION amcheck;
+CREATE INDEX entries_test_done ON inbox.entries (message_id) WHERE state = 'd';
+SELECT count(inbox_receive('both-ways', 'w-' || g, jsonb_build_object('n', g))) FROM generate_series(1, 4) g;
+BEGIN;
+SELECT message_id FROM inbox_take('both-ways');
+SELECT inbox_complete('both-ways', 'w-1', '{"by": "direct"}');
+COMMIT;
+SET inbox.direct_insert = off;
+BEGIN;
+SELECT message_id FROM inbox_take('both-ways');
+SELECT inbox_complete('both-ways', 'w-2', '{"by": "spi"}');
+COMMIT;
+RESET inbox.direct_insert;
+SELECT message_id FROM inbox_take('both-ways', 2);
+SELECT inbox_complete('both-ways', 'w-3');
+SET inbox.direct_insert = off;
+SELECT inbox_complete('both-ways', 'w-4', '{"by": "spi"}');
+RESET inbox.direct_insert;
+SELECT regress.try($$SELECT inbox_complete('both-ways', 'w-3')$$);
+SELECT message_id, state, attempts, result, owner_session, lease_until, due, receipt,
+	   finished_at IS NOT NULL AS finished, last_error
+FROM inbox.entries WHERE scope = 'both-ways' ORDER BY 1;
+SELECT count(*) AS done_in_test_index FROM inbox.entries
+WHERE state = 'd' AND scope = 'both-ways' AND message_id > 'w';
+SELECT count(*) AS indexes_checked
+FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+WHERE c.relnamespace = 'inbox'::regnamespace AND c.relname LIKE 'entries_p_'
+  AND bt_index_check(i.indexrelid, true) IS NOT NULL;
+DROP INDEX inbox.entries_test_done;
+DROP EXTENSION amcheck;

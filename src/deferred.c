@@ -601,9 +601,9 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	w = inbox_direct_begin("UPDATE");
 	if (w != NULL)
 	{
-		InboxDirectResult done = inbox_direct_complete(w, leaf, scope, message_id,
-													   values[2], PG_ARGISNULL(2),
-													   DatumGetInt64(values[3]));
+		InboxDirectResult done = inbox_direct_complete(w, leaf, scope, message_id, NULL,
+													   DatumGetInt64(values[3]),
+													   values[2], PG_ARGISNULL(2));
 
 		inbox_direct_end(w);
 		if (done == INBOX_DIRECT_INSERTED)
@@ -638,6 +638,8 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	pg_uuid_t  *receipt;
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
+	int			leaf;
+	InboxDirectWriter *w;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -649,10 +651,23 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 
+	leaf = inbox_scope_leaf(scope);
+
+	/* As inbox_complete by message id: direct.c where it may */
+	w = inbox_direct_begin("UPDATE");
+	if (w != NULL)
+	{
+		InboxDirectResult done = inbox_direct_complete(w, leaf, scope, NULL, receipt, 0,
+													   values[2], PG_ARGISNULL(2));
+
+		inbox_direct_end(w);
+		if (done == INBOX_DIRECT_INSERTED)
+			PG_RETURN_VOID();
+	}
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, inbox_scope_leaf(scope)),
-			values, nulls, SPI_OK_UPDATE);
+	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, leaf), values, nulls, SPI_OK_UPDATE);
 	if (SPI_processed != 1)
 	{
 		Oid			types[2] = {TEXTOID, UUIDOID};

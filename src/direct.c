@@ -3,7 +3,7 @@
  * direct.c
  *	  A claim's entry written into its leaf without the planner: the
  *	  speculative insertion of INSERT ... ON CONFLICT DO NOTHING, done with
- *	  the executor's own routines.
+ *	  the executor's own routines; and a completion's update likewise.
  *
  * A claim is one row.  Through SPI it costs a plan-cache check, an
  * executor start and end, and, at every statement, the rebuilding of the
@@ -35,6 +35,10 @@
  *	  leaf's column layout, and anything unexpected sends the claim through
  *	  SPI instead, which does all of it.
  *
+ * inbox_complete marks a message done here too
+ * (inbox_direct_complete, below), for the same reason: its UPDATE through
+ * SPI paid the executor's start and the CHECK rebuild for one row.
+ *
  * Where Citus is installed, every claim goes through SPI: there a leaf may
  * be a distributed table whose rows live in shards, which only Citus's
  * executor reaches (docs/scale-out.md).  inbox.direct_insert = off sends
@@ -53,6 +57,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -69,6 +74,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 
 #include "compat.h"
 #include "direct.h"
@@ -161,10 +167,10 @@ void
 direct_init(void)
 {
 	DefineCustomBoolVariable("inbox.direct_insert",
-							 "Whether a claim writes its entry without the planner.",
-							 "Off sends every claim's INSERT through SPI and the executor, "
-							 "with the same arbitration; it is slower.  Where Citus is installed, "
-							 "claims always go through SPI.",
+							 "Whether a claim writes its entry, and a completion its update, without the planner.",
+							 "Off sends every claim's INSERT and every completion's UPDATE through SPI "
+							 "and the executor, with the same arbitration; it is slower.  Where Citus "
+							 "is installed, they always go through SPI.",
 							 &direct_insert,
 							 true,
 							 PGC_SUSET,
@@ -421,6 +427,7 @@ typedef struct DirectLeaf
 	List	   *arbiter;		/* its primary key, the ON CONFLICT arbiter */
 	Relation	pkey;			/* that index */
 	TupleTableSlot *new_slot;	/* a completion's new version */
+	Relation	receipt_index;	/* its index of receipts, once opened */
 } DirectLeaf;
 
 struct InboxDirectWriter
@@ -684,27 +691,76 @@ inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope, text *message
 	return found;
 }
 
-/* Whether the entry in slot is processing and held by owner */
+/*
+ * The leaf's index of receipts: the one index whose only key is the
+ * receipt (sql/inbox.sql's entries_receipt, partial on processing
+ * entries, which held_by checks on the row).  NULL if there is none.
+ */
+static Relation
+open_receipt_index(DirectLeaf *leaf)
+{
+	List	   *indexoids;
+	ListCell   *lc;
+
+	if (leaf->receipt_index != NULL)
+		return leaf->receipt_index;
+	indexoids = RelationGetIndexList(leaf->rel);
+	foreach(lc, indexoids)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+
+		if (index->rd_index->indnkeyatts == 1 && index->rd_index->indnatts == 1 &&
+			index->rd_index->indkey.values[0] == ATT_RECEIPT &&
+			index->rd_rel->relam == BTREE_AM_OID &&
+			RelationGetIndexExpressions(index) == NIL)
+		{
+			leaf->receipt_index = index;
+			break;
+		}
+		index_close(index, AccessShareLock);
+	}
+	list_free(indexoids);
+	return leaf->receipt_index;
+}
+
+/*
+ * Whether the entry in slot is processing and held by what the completion
+ * names: its receipt (in scope), or else its owner session.
+ */
 static bool
-held_by(TupleTableSlot *slot, int64 owner)
+held_by(TupleTableSlot *slot, text *scope, pg_uuid_t *receipt, int64 owner)
 {
 	bool		isnull;
 	Datum		d;
 
 	if (DatumGetChar(slot_getattr(slot, ATT_STATE, &isnull)) != INBOX_STATE_PROCESSING)
 		return false;
+	if (receipt != NULL)
+	{
+		text	   *stored;
+
+		d = slot_getattr(slot, ATT_RECEIPT, &isnull);
+		if (isnull || memcmp(DatumGetUUIDP(d)->data, receipt->data, UUID_LEN) != 0)
+			return false;
+		stored = DatumGetTextPP(slot_getattr(slot, ATT_SCOPE, &isnull));
+		return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(scope) &&
+			memcmp(VARDATA_ANY(stored), VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)) == 0;
+	}
 	d = slot_getattr(slot, ATT_OWNER_SESSION, &isnull);
 	return !isnull && DatumGetInt64(d) == owner;
 }
 
 /*
- * Complete the message (scope, message_id) in leaf leafno, which must be
- * processing and held by owner, as deferred.c's LEAF_COMPLETE statement
- * would:
+ * Complete a message in leaf leafno, which must be processing and held by
+ * what the caller names, as deferred.c's LEAF_COMPLETE and
+ * LEAF_COMPLETE_RECEIPT statements would: (scope, message_id) held by the
+ * owner session, or (receipt != NULL, message_id NULL) the message of
+ * scope that the receipt holds.
  *
  *	UPDATE ... SET state = 'd', result = result, finished_at = now(),
  *		owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL
  *	WHERE scope = ... AND message_id = ... AND state = 'r' AND owner_session = owner
+ *	   (or WHERE receipt = ... AND scope = ... AND state = 'r')
  *
  * That UPDATE costs an executor start and the rebuilding of the table's
  * three CHECK expressions, which no column it sets is read by; done here,
@@ -715,22 +771,24 @@ held_by(TupleTableSlot *slot, int64 owner)
  * bottom-up deletion removes the versions that completions leave behind,
  * as it does for the SQL statement.
  *
- * A concurrent update is followed as the executor follows it (nodeModifyTable.c's
- * ExecUpdate, then EvalPlanQual): under READ COMMITTED, the latest version
- * is locked and checked again; under REPEATABLE READ and SERIALIZABLE, it
- * is a serialization failure.  INBOX_DIRECT_INSERTED when the message was
- * completed, INBOX_DIRECT_CONFLICT when no such message is held by owner
- * (the caller explains why), INBOX_DIRECT_UNAVAILABLE, having done
- * nothing, when the leaf is not what this module expects.
+ * A concurrent update is followed as the executor follows it
+ * (nodeModifyTable.c's ExecUpdate, then EvalPlanQual): under READ
+ * COMMITTED, the latest version is locked and checked again; under
+ * REPEATABLE READ and SERIALIZABLE, it is a serialization failure.
+ * INBOX_DIRECT_INSERTED when the message was completed,
+ * INBOX_DIRECT_CONFLICT when there is none to complete (the caller
+ * explains why), INBOX_DIRECT_UNAVAILABLE, having done nothing, when the
+ * leaf is not what this module expects.
  */
 InboxDirectResult
 inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *message_id,
-					  Datum result, bool result_isnull, int64 owner)
+					  pg_uuid_t *receipt, int64 owner, Datum result, bool result_isnull)
 {
 	DirectLeaf *leaf = open_leaf(w, leafno);
 	EState	   *estate = w->estate;
 	ScanKeyData keys[2];
 	IndexScanDesc scan;
+	Relation	index;
 	TupleTableSlot *old;
 	TupleTableSlot *new;
 	Snapshot	snapshot;
@@ -741,6 +799,9 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 	if (leaf == NULL ||
 		pg_class_aclcheck(RelationGetRelid(leaf->rel), GetUserId(), ACL_UPDATE) != ACLCHECK_OK ||
 		pg_class_aclcheck(RelationGetRelid(leaf->rel), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		return INBOX_DIRECT_UNAVAILABLE;
+	index = receipt != NULL ? open_receipt_index(leaf) : leaf->pkey;
+	if (index == NULL)
 		return INBOX_DIRECT_UNAVAILABLE;
 	if (leaf->new_slot == NULL)
 	{
@@ -758,16 +819,30 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 	UpdateActiveSnapshotCommandId();
 	snapshot = GetActiveSnapshot();
 
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
-	scan = inbox_index_beginscan(leaf->rel, leaf->pkey, snapshot, 2);
-	index_rescan(scan, keys, 2, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, old);
+	/*
+	 * The visible version held as named.  A receipt's index may hold
+	 * entries of its older versions (a lease extended), and of another
+	 * scope's message with the same receipt, which only a forged receipt
+	 * could give: the first visible version that is held is the one.
+	 */
+	if (receipt != NULL)
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   InvalidOid, F_UUID_EQ, UUIDPGetDatum(receipt));
+	else
+	{
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
+		ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
+	}
+	scan = inbox_index_beginscan(leaf->rel, index, snapshot, receipt != NULL ? 1 : 2);
+	index_rescan(scan, keys, receipt != NULL ? 1 : 2, NULL, 0);
+	while ((found = index_getnext_slot(scan, ForwardScanDirection, old)) &&
+		   !held_by(old, scope, receipt, owner))
+		;
 	index_endscan(scan);
 
-	while (found && held_by(old, owner))
+	while (found && held_by(old, scope, receipt, owner))
 	{
 		ItemPointerData tid = old->tts_tid;
 		TM_FailureData tmfd;
@@ -850,6 +925,8 @@ inbox_direct_end(InboxDirectWriter *w)
 			ExecDropSingleTupleTableSlot(leaf->slot);
 		if (leaf->new_slot != NULL)
 			ExecDropSingleTupleTableSlot(leaf->new_slot);
+		if (leaf->receipt_index != NULL)
+			index_close(leaf->receipt_index, AccessShareLock);
 		if (leaf->rri != NULL)
 			ExecCloseIndices(leaf->rri);
 		if (leaf->rel != NULL)

@@ -13,6 +13,7 @@
 
 #include "fmgr.h"
 #include "datatype/timestamp.h"
+#include "utils/uuid.h"
 
 typedef enum InboxDirectResult
 {
@@ -32,8 +33,8 @@ extern bool inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope,
 								text *message_id, TimestampTz *received_at,
 								bytea **payload_hash, char *state);
 extern InboxDirectResult inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope,
-											   text *message_id, Datum result, bool result_isnull,
-											   int64 owner);
+											   text *message_id, pg_uuid_t *receipt, int64 owner,
+											   Datum result, bool result_isnull);
 extern void inbox_direct_end(InboxDirectWriter *w);
 
 #endif							/* INBOX_DIRECT_H */
