@@ -315,6 +315,9 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 	 */
 	values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
 	execute(leaf_plan(LEAF_TAKE, call->leaf), values, nulls, SPI_OK_UPDATE);
+	pfree(DatumGetPointer(values[1]));
+	if (receipts != NULL)
+		pfree(DatumGetPointer(values[5]));
 
 	/* They are locked by this transaction since the candidates' SELECT */
 	if (SPI_processed != (uint64) n)

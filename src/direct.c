@@ -709,7 +709,8 @@ open_receipt_index(DirectLeaf *leaf)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 
-		if (index->rd_index->indnkeyatts == 1 && index->rd_index->indnatts == 1 &&
+		if (index->rd_index->indisvalid && index->rd_index->indisready &&
+			index->rd_index->indnkeyatts == 1 && index->rd_index->indnatts == 1 &&
 			index->rd_index->indkey.values[0] == ATT_RECEIPT &&
 			index->rd_rel->relam == BTREE_AM_OID &&
 			RelationGetIndexExpressions(index) == NIL)
@@ -723,31 +724,76 @@ open_receipt_index(DirectLeaf *leaf)
 	return leaf->receipt_index;
 }
 
+/* Whether the text datum d holds the bytes of t */
+static bool
+same_text(Datum d, text *t)
+{
+	text	   *stored = DatumGetTextPP(d);
+
+	return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(t) &&
+		memcmp(VARDATA_ANY(stored), VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) == 0;
+}
+
 /*
- * Whether the entry in slot is processing and held by what the completion
- * names: its receipt (in scope), or else its owner session.
+ * Whether the entry in slot is the one the completion names, processing
+ * and held: by its receipt (in scope), or else (scope, message_id) by its
+ * owner session.  The whole WHERE clause, as EvalPlanQual checks it again
+ * on a version that a concurrent update made.
  */
 static bool
-held_by(TupleTableSlot *slot, text *scope, pg_uuid_t *receipt, int64 owner)
+held_by(TupleTableSlot *slot, text *scope, text *message_id, pg_uuid_t *receipt,
+		int64 owner)
 {
 	bool		isnull;
 	Datum		d;
 
-	if (DatumGetChar(slot_getattr(slot, ATT_STATE, &isnull)) != INBOX_STATE_PROCESSING)
+	slot_getallattrs(slot);
+	if (DatumGetChar(slot->tts_values[ATT_STATE - 1]) != INBOX_STATE_PROCESSING ||
+		!same_text(slot->tts_values[ATT_SCOPE - 1], scope))
 		return false;
 	if (receipt != NULL)
 	{
-		text	   *stored;
-
 		d = slot_getattr(slot, ATT_RECEIPT, &isnull);
-		if (isnull || memcmp(DatumGetUUIDP(d)->data, receipt->data, UUID_LEN) != 0)
-			return false;
-		stored = DatumGetTextPP(slot_getattr(slot, ATT_SCOPE, &isnull));
-		return VARSIZE_ANY_EXHDR(stored) == VARSIZE_ANY_EXHDR(scope) &&
-			memcmp(VARDATA_ANY(stored), VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)) == 0;
+		return !isnull && memcmp(DatumGetUUIDP(d)->data, receipt->data, UUID_LEN) == 0;
 	}
+	if (!same_text(slot->tts_values[ATT_MESSAGE_ID - 1], message_id))
+		return false;
 	d = slot_getattr(slot, ATT_OWNER_SESSION, &isnull);
 	return !isnull && DatumGetInt64(d) == owner;
+}
+
+/*
+ * The columns a completion changes, for the hint that tells btree an
+ * index's key is unchanged by the update (see below)
+ */
+static const AttrNumber completion_sets[] = {
+	ATT_STATE, ATT_OWNER_SESSION, ATT_LEASE_UNTIL, ATT_DUE, ATT_RECEIPT,
+	ATT_RESULT, ATT_FINISHED_AT
+};
+
+/*
+ * Decide for each index the executor's "unchanged by the update" hint
+ * (execIndexing.c's index_unchanged_by_update), which would otherwise read
+ * the updated columns from a range table this writer does not have, find
+ * none, and hint every index unchanged: true when none of the index's key
+ * columns is one a completion sets, and it has no expression.
+ */
+static void
+hint_unchanged_indexes(ResultRelInfo *rri)
+{
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+		bool		unchanged = ii->ii_Expressions == NIL;
+
+		for (int k = 0; unchanged && k < ii->ii_NumIndexKeyAttrs; k++)
+			for (int c = 0; c < (int) lengthof(completion_sets); c++)
+				if (ii->ii_IndexAttrNumbers[k] == completion_sets[c] ||
+					ii->ii_IndexAttrNumbers[k] == 0)
+					unchanged = false;
+		ii->ii_CheckedUnchanged = true;
+		ii->ii_IndexUnchanged = unchanged;
+	}
 }
 
 /*
@@ -767,9 +813,10 @@ held_by(TupleTableSlot *slot, text *scope, pg_uuid_t *receipt, int64 owner)
  * it costs the index scan, the heap update and the index entries of the
  * new version.  The new version is done, so only the indexes that hold
  * claims' entries get one (open_claim_indexes): the primary key and the
- * retention index, which the update hints as unchanged so that btree's
- * bottom-up deletion removes the versions that completions leave behind,
- * as it does for the SQL statement.
+ * retention index, which the update hints as unchanged
+ * (hint_unchanged_indexes) so that btree's bottom-up deletion removes the
+ * versions that completions leave behind, as it does for the SQL
+ * statement.
  *
  * A concurrent update is followed as the executor follows it
  * (nodeModifyTable.c's ExecUpdate, then EvalPlanQual): under READ
@@ -803,6 +850,13 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 	index = receipt != NULL ? open_receipt_index(leaf) : leaf->pkey;
 	if (index == NULL)
 		return INBOX_DIRECT_UNAVAILABLE;
+
+	/*
+	 * As the executor checks a result relation (CheckValidResultRel): a
+	 * leaf published for updates needs a replica identity
+	 */
+	CheckCmdReplicaIdentity(leaf->rel, CMD_UPDATE);
+	hint_unchanged_indexes(leaf->rri);
 	if (leaf->new_slot == NULL)
 	{
 		MemoryContext old_cxt = MemoryContextSwitchTo(estate->es_query_cxt);
@@ -838,11 +892,11 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 	scan = inbox_index_beginscan(leaf->rel, index, snapshot, receipt != NULL ? 1 : 2);
 	index_rescan(scan, keys, receipt != NULL ? 1 : 2, NULL, 0);
 	while ((found = index_getnext_slot(scan, ForwardScanDirection, old)) &&
-		   !held_by(old, scope, receipt, owner))
+		   !held_by(old, scope, message_id, receipt, owner))
 		;
 	index_endscan(scan);
 
-	while (found && held_by(old, scope, receipt, owner))
+	while (found && held_by(old, scope, message_id, receipt, owner))
 	{
 		ItemPointerData tid = old->tts_tid;
 		TM_FailureData tmfd;
