@@ -25,7 +25,8 @@
  *	  session, and is due when the lease runs out.  SKIP LOCKED lets
  *	  concurrent takes pass each other's messages;
  *	- one UPDATE for all the messages it hands out (up to TAKE_CHUNK at a
- *	  time), by primary key: message_id = ANY of their ids.  Each UPDATE
+ *	  time), by primary key: message_id = ANY of their ids, or = the id
+ *	  when there is one.  Each UPDATE
  *	  statement starts an executor and rebuilds the table's CHECK
  *	  expressions from their text, which is most of what a take of one
  *	  message costs; a take of ten paid it ten times when it updated the
@@ -132,6 +133,7 @@ typedef enum DeferredLeafPlan
 	LEAF_HELD,					/* whether any is due (a waiting take) */
 	LEAF_NEXT_DUE,				/* when the next one is due (a waiting take) */
 	LEAF_TAKE,					/* hand messages out */
+	LEAF_TAKE_ONE,				/* hand one message out */
 	LEAF_DIE,					/* a lost message out of attempts */
 	LEAF_COMPLETE,				/* done, by its owner session */
 	LEAF_COMPLETE_RECEIPT,		/* done, by receipt */
@@ -166,6 +168,11 @@ static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
 	"receipt = $6[pg_catalog.array_position($2, message_id)] "
 	"WHERE scope = $1 AND message_id = ANY ($2)",
+	[LEAF_TAKE_ONE] =
+	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
+	"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
+	"receipt = $6 "
+	"WHERE scope = $1 AND message_id = $2",
 	[LEAF_DIE] =
 	"UPDATE inbox.entries_p%d SET state = 'x', owner_session = NULL, lease_until = NULL, "
 	"due = NULL, receipt = NULL, taken_at = $3, finished_at = $3, "
@@ -189,12 +196,13 @@ static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2",
 };
 
-static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {3, 2, 2, 7, 3, 4, 3, 3, 2};
+static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {3, 2, 2, 7, 7, 3, 4, 3, 3, 2};
 static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
 	[LEAF_CANDIDATES] = {TEXTOID, TIMESTAMPTZOID, INT4OID},
 	[LEAF_HELD] = {TEXTOID, TIMESTAMPTZOID},
 	[LEAF_NEXT_DUE] = {TEXTOID, TIMESTAMPTZOID},
 	[LEAF_TAKE] = {TEXTOID, TEXTARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDARRAYOID, TIMESTAMPTZOID},
+	[LEAF_TAKE_ONE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID},
 	[LEAF_DIE] = {TEXTOID, TEXTOID, TIMESTAMPTZOID},
 	[LEAF_COMPLETE] = {TEXTOID, TEXTOID, JSONBOID, INT8OID},
 	[LEAF_COMPLETE_RECEIPT] = {TEXTOID, UUIDOID, JSONBOID},
@@ -297,15 +305,17 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
+	bool		one = (n == 1);
+
 	values[0] = PointerGetDatum(call->scope);
-	values[1] = PointerGetDatum(construct_array(ids, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[1] = one ? ids[0] :
+		PointerGetDatum(construct_array(ids, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = Int64GetDatum(call->owner);
 	values[3] = TimestampTzGetDatum(now);
 	values[4] = lease_until;
 	nulls[4] = call->lease != NULL ? ' ' : 'n';
-	values[5] = receipts != NULL ?
-		PointerGetDatum(construct_array(receipts, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)) :
-		(Datum) 0;
+	values[5] = receipts == NULL ? (Datum) 0 : one ? receipts[0] :
+		PointerGetDatum(construct_array(receipts, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	nulls[5] = receipts != NULL ? ' ' : 'n';
 
 	/*
@@ -314,10 +324,13 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 	 * lease hands each to its receipt until the lease runs out.
 	 */
 	values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
-	execute(leaf_plan(LEAF_TAKE, call->leaf), values, nulls, SPI_OK_UPDATE);
-	pfree(DatumGetPointer(values[1]));
-	if (receipts != NULL)
-		pfree(DatumGetPointer(values[5]));
+	execute(leaf_plan(one ? LEAF_TAKE_ONE : LEAF_TAKE, call->leaf), values, nulls, SPI_OK_UPDATE);
+	if (!one)
+	{
+		pfree(DatumGetPointer(values[1]));
+		if (receipts != NULL)
+			pfree(DatumGetPointer(values[5]));
+	}
 
 	/* They are locked by this transaction since the candidates' SELECT */
 	if (SPI_processed != (uint64) n)
@@ -342,6 +355,14 @@ take_round(TakeCall *call, int *candidates)
 	Datum		receipts[TAKE_CHUNK];
 	int			nchunk = 0;
 	int			taken = 0;
+
+	/*
+	 * Where Citus is installed, a take updates one message a statement,
+	 * as before: with Citus 13.2.2 on 15.20, the backend running the
+	 * array form of the UPDATE on a distributed leaf died of signal 11
+	 * (test/citus/citus.pl; not diagnosed further).
+	 */
+	int			chunk = inbox_citus_installed() ? 1 : TAKE_CHUNK;
 
 	if (call->lease != NULL)
 		lease_until = DirectFunctionCall2(timestamptz_pl_interval,
@@ -397,7 +418,7 @@ take_round(TakeCall *call, int *candidates)
 		receipt = call->receipts ? new_receipt() : NULL;
 		ids[nchunk] = message_id;
 		receipts[nchunk] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
-		if (++nchunk == TAKE_CHUNK)
+		if (++nchunk == chunk)
 		{
 			take_chunk(call, ids, call->receipts ? receipts : NULL, nchunk, now, lease_until);
 			nchunk = 0;
