@@ -304,7 +304,6 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 {
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-
 	bool		one = (n == 1);
 
 	values[0] = PointerGetDatum(call->scope);
@@ -601,6 +600,26 @@ inbox_poll_1_0(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Complete the message through direct.c (inbox_direct_complete): true if
+ * it did; false if it must take SPI, or found none to complete, which the
+ * SPI statement then finds too and inbox.refuse explains.
+ */
+static bool
+complete_direct(int leaf, text *scope, text *message_id, pg_uuid_t *receipt,
+				int64 owner, Datum result, bool result_isnull)
+{
+	InboxDirectWriter *w = inbox_direct_begin("UPDATE");
+	InboxDirectResult done;
+
+	if (w == NULL)
+		return false;
+	done = inbox_direct_complete(w, leaf, scope, message_id, receipt, owner,
+								 result, result_isnull);
+	inbox_direct_end(w);
+	return done == INBOX_DIRECT_INSERTED;
+}
+
+/*
  * inbox_complete(scope, message_id, result): the message this session
  * took is done, with the caller's effect.
  */
@@ -612,7 +631,6 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', ' ', ' '};
 	int			leaf;
-	InboxDirectWriter *w;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
@@ -622,19 +640,10 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	leaf = inbox_scope_leaf(scope);
 
 	/* Without the planner where it may (direct.c), else the kept plan */
-	w = inbox_direct_begin("UPDATE");
-	if (w != NULL)
-	{
-		InboxDirectResult done = inbox_direct_complete(w, leaf, scope, message_id, NULL,
-													   DatumGetInt64(values[3]),
-													   values[2], PG_ARGISNULL(2));
+	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
+						values[2], PG_ARGISNULL(2)))
+		PG_RETURN_VOID();
 
-		inbox_direct_end(w);
-		if (done == INBOX_DIRECT_INSERTED)
-			PG_RETURN_VOID();
-	}
-
-	/* Also where direct.c found nothing to complete: the UPDATE finds none */
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	execute(leaf_plan(LEAF_COMPLETE, leaf), values, nulls, SPI_OK_UPDATE);
@@ -663,7 +672,6 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	int			leaf;
-	InboxDirectWriter *w;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -678,16 +686,8 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	leaf = inbox_scope_leaf(scope);
 
 	/* As inbox_complete by message id: direct.c where it may */
-	w = inbox_direct_begin("UPDATE");
-	if (w != NULL)
-	{
-		InboxDirectResult done = inbox_direct_complete(w, leaf, scope, NULL, receipt, 0,
-													   values[2], PG_ARGISNULL(2));
-
-		inbox_direct_end(w);
-		if (done == INBOX_DIRECT_INSERTED)
-			PG_RETURN_VOID();
-	}
+	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))
+		PG_RETURN_VOID();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

@@ -844,8 +844,8 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 	bool		found;
 
 	if (leaf == NULL ||
-		pg_class_aclcheck(RelationGetRelid(leaf->rel), GetUserId(), ACL_UPDATE) != ACLCHECK_OK ||
-		pg_class_aclcheck(RelationGetRelid(leaf->rel), GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		pg_class_aclmask(RelationGetRelid(leaf->rel), GetUserId(), ACL_UPDATE | ACL_SELECT,
+						 ACLMASK_ALL) != (ACL_UPDATE | ACL_SELECT))
 		return INBOX_DIRECT_UNAVAILABLE;
 	index = receipt != NULL ? open_receipt_index(leaf) : leaf->pkey;
 	if (index == NULL)
@@ -896,7 +896,8 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 		;
 	index_endscan(scan);
 
-	while (found && held_by(old, scope, message_id, receipt, owner))
+	/* found: old holds the version to update, held as named */
+	while (found)
 	{
 		ItemPointerData tid = old->tts_tid;
 		TM_FailureData tmfd;
@@ -954,6 +955,7 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 			break;
 		if (tm != TM_Ok)
 			elog(ERROR, "inbox_complete: unexpected table_tuple_lock status: %d", (int) tm);
+		found = held_by(old, scope, message_id, receipt, owner);
 		CHECK_FOR_INTERRUPTS();
 	}
 
