@@ -240,6 +240,10 @@ BEGIN
 	END IF;
 	allowed := inbox.max_attempts(p_scope);
 	retry_at := pg_catalog.clock_timestamp() + coalesce(p_retry_after, interval '0');
+	-- Before the UPDATE, which locks the message: its due moves, and the
+	-- scope's front must hear of it even if this transaction aborts
+	-- (src/front.c).  Takes waiting on the scope wake at commit.
+	PERFORM inbox.wake_takers(p_scope);
 	-- Two statements, so that each finds its row by an index of one leaf
 	-- whatever plan_cache_mode says
 	IF p_receipt IS NULL THEN
@@ -271,9 +275,6 @@ BEGIN
 		END IF;
 	END IF;
 	PERFORM inbox.count_failure(p_scope);
-	IF new_state = 'p' THEN
-		PERFORM inbox.wake_takers(p_scope);
-	END IF;
 	RETURN inbox.state_name(new_state);
 END
 $$;
@@ -294,6 +295,9 @@ BEGIN
 			USING ERRCODE = '22023';
 	END IF;
 	lease_end := pg_catalog.clock_timestamp() + p_lease;
+	-- As in inbox.fail_message: the front, and the takes waiting to
+	-- recheck the held message, hear of the new due.
+	PERFORM inbox.wake_takers(p_scope);
 	-- A message polled under a lease is due when its lease runs out; one
 	-- bound to its session stays due from its take (src/deferred.c).
 	UPDATE inbox.entries AS e
@@ -365,6 +369,7 @@ AS $$
 #variable_conflict use_column
 BEGIN
 	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
+	PERFORM inbox.wake_takers(inbox_requeue.scope);
 	UPDATE inbox.entries AS e
 	   SET state = 'p', attempts = 0, due = now(), finished_at = NULL,
 		   owner_session = NULL, lease_until = NULL, receipt = NULL
@@ -375,7 +380,6 @@ BEGIN
 	IF NOT FOUND THEN
 		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
 	END IF;
-	PERFORM inbox.wake_takers(inbox_requeue.scope);
 END
 $$;
 

@@ -61,6 +61,7 @@
 #include "compat.h"
 #include "direct.h"
 #include "distributed.h"
+#include "front.h"
 #include "inbox.h"
 #include "keys.h"
 #include "stats.h"
@@ -791,7 +792,10 @@ receive(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	received = claim_key(&kp, LEAF_RECEIVE, values, nulls, scope, message_id, payload_hash);
 	SPI_finish();
 	if (received)
+	{
 		inbox_wakeup_note(scope);
+		inbox_front_note(inbox_scope_leaf(scope), scope, false);
+	}
 	PG_RETURN_BOOL(received);
 }
 
@@ -1508,7 +1512,10 @@ claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 	}
 	SPI_finish();
 	if (receive)
+	{
 		inbox_wakeup_note(scope);
+		inbox_front_note(inbox_scope_leaf(scope), scope, false);
+	}
 
 	/* Later copies follow their first copy, in the order given */
 	for (i = 0; i < n; i++)

@@ -74,6 +74,7 @@
 #include "deferred.h"
 #include "direct.h"
 #include "distributed.h"
+#include "front.h"
 #include "inbox.h"
 #include "keys.h"
 #include "session.h"
@@ -146,9 +147,9 @@ static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_LEAVES];
 
 static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	[LEAF_CANDIDATES] =
-	"SELECT message_id, state, attempts, payload, payload_bytes, received_at "
+	"SELECT message_id, state, attempts, payload, payload_bytes, received_at, due "
 	"FROM inbox.entries_p%d "
-	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
+	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND (due, message_id) >= ($4, $5) AND due <= $2 "
 	"AND (state = 'p' OR lease_until < $2 "
 	"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
 	"ORDER BY due, message_id "
@@ -196,9 +197,9 @@ static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
 	"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2",
 };
 
-static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {3, 2, 2, 7, 7, 3, 4, 3, 3, 2};
+static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {5, 2, 2, 7, 7, 3, 4, 3, 3, 2};
 static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
-	[LEAF_CANDIDATES] = {TEXTOID, TIMESTAMPTZOID, INT4OID},
+	[LEAF_CANDIDATES] = {TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID},
 	[LEAF_HELD] = {TEXTOID, TIMESTAMPTZOID},
 	[LEAF_NEXT_DUE] = {TEXTOID, TIMESTAMPTZOID},
 	[LEAF_TAKE] = {TEXTOID, TEXTARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDARRAYOID, TIMESTAMPTZOID},
@@ -347,7 +348,10 @@ take_round(TakeCall *call, int *candidates)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	Datum		lease_until = (Datum) 0;
-	Datum		values[3];
+	Datum		values[5];
+	InboxFront	front;
+	TimestampTz bound;
+	text	   *bound_id = NULL;
 	SPITupleTable *picked;
 	uint64		npicked;
 	Datum		ids[TAKE_CHUNK];
@@ -368,9 +372,13 @@ take_round(TakeCall *call, int *candidates)
 										  TimestampTzGetDatum(now),
 										  IntervalPGetDatum(call->lease));
 
+	/* From the scope's front, before which nothing is takeable (front.c) */
+	inbox_front_read(call->leaf, call->scope, now, &front);
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(call->max_messages);
+	values[3] = TimestampTzGetDatum(front.low);
+	values[4] = PointerGetDatum(front.low_id);
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
@@ -384,6 +392,24 @@ take_round(TakeCall *call, int *candidates)
 	picked = SPI_tuptable;
 	npicked = SPI_processed;
 	*candidates = (int) npicked;
+
+	/*
+	 * The front moves to what the scan walked: up to now if it found fewer
+	 * than it asked for, else up to the last one (they come in the index's
+	 * order).  Those picked are locked by this transaction, whose end
+	 * tells the front where they went.
+	 */
+	if (npicked < (uint64) call->max_messages)
+		bound = now;
+	else
+	{
+		HeapTuple	last = picked->vals[npicked - 1];
+		bool		isnull;
+
+		bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
+		bound_id = DatumGetTextPP(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
+	}
+	inbox_front_advance(&front, now, bound, bound_id);
 
 	for (uint64 i = 0; i < npicked; i++)
 	{
@@ -638,6 +664,8 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 	values[3] = Int64GetDatum(inbox_owner_key());
 	leaf = inbox_scope_leaf(scope);
+	/* It locks an open message: an abort must reach the front (front.c) */
+	inbox_front_note(leaf, scope, false);
 
 	/* Without the planner where it may (direct.c), else the kept plan */
 	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
@@ -684,6 +712,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 
 	leaf = inbox_scope_leaf(scope);
+	inbox_front_note(leaf, scope, false);
 
 	/* As inbox_complete by message id: direct.c where it may */
 	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))
@@ -746,6 +775,8 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 									TimestampTzGetDatum(GetCurrentTimestamp()),
 									IntervalPGetDatum(lease));
 
+	/* The lease's end is the message's new due: see inbox.wake_takers */
+	inbox_front_note(inbox_scope_leaf(scope), scope, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	execute(leaf_plan(LEAF_EXTEND_RECEIPT, inbox_scope_leaf(scope)),

@@ -22,6 +22,7 @@
 #include "deferred.h"
 #include "direct.h"
 #include "distributed.h"
+#include "front.h"
 #include "purge.h"
 #include "stats.h"
 #include "version.h"
@@ -39,6 +40,7 @@ _PG_init(void)
 	claim_init();				/* inbox.on_duplicate, inbox.claim_timeout */
 	direct_init();				/* inbox.direct_insert */
 	deferred_init();			/* inbox.max_attempts */
+	front_init();				/* inbox.take_front: where takes start */
 	wakeup_init();				/* waiting takes, woken at commit */
 	purge_init();				/* retention and purge batches */
 	worker_init();				/* the launcher and its purge workers */

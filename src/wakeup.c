@@ -44,6 +44,8 @@
 #include "utils/wait_event.h"
 
 #include "compat.h"
+#include "front.h"
+#include "keys.h"
 #include "wakeup.h"
 
 PG_FUNCTION_INFO_V1(inbox_wake_takers);
@@ -210,11 +212,18 @@ inbox_wakeup_sleep(const text *scope, uint64 generation, long timeout_ms)
 
 /*
  * inbox.wake_takers(scope text): for the SQL functions that make a message
- * takeable again (inbox_fail with a retry, inbox_requeue).
+ * takeable again, or move when it is (inbox_fail with a retry,
+ * inbox_requeue, inbox_extend).  They lock what they change, and move its
+ * due: their commit forgets the scope's front, so that the next take
+ * scans the whole scope (src/front.c).  Tests that move messages by hand
+ * call it too.
  */
 Datum
 inbox_wake_takers(PG_FUNCTION_ARGS)
 {
-	inbox_wakeup_note(PG_GETARG_TEXT_PP(0));
+	text	   *scope = PG_GETARG_TEXT_PP(0);
+
+	inbox_front_note(inbox_scope_leaf(scope), scope, true);
+	inbox_wakeup_note(scope);
 	PG_RETURN_VOID();
 }

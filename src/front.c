@@ -1,0 +1,481 @@
+/*-------------------------------------------------------------------------
+ *
+ * front.c
+ *	  Where each scope's takeable messages begin, so that a take starts
+ *	  there instead of walking the dead index entries before them.
+ *
+ * A take reads the leaf's open-messages index (scope, due, message_id)
+ * from the scope's oldest due entry up to now.  Every take and every
+ * completion leaves a dead version behind, whose index entry stays until
+ * VACUUM removes it: a take marks such entries dead as it passes them,
+ * but still reads their pages.  Between two vacuums, then, every take
+ * walks the entries of all the messages taken since the last one.  A
+ * queue pays that on every take (pgmq does too); it made the deferred
+ * mode slower than pgmq, whose index entries are smaller (issue 12).
+ *
+ * So shared memory keeps, per scope, a lower bound of the due of every
+ * message a take could hand out: the front.  A take scans from due >=
+ * front, and after its scan moves the front up to what it has seen:
+ *
+ *	- if it got as many messages as it asked for, to the due of the last
+ *	  one (the scan is in due order);
+ *	- if it got fewer, to the now it scanned up to: what it walked past
+ *	  was dead, or locked by another transaction, or invisible to its
+ *	  snapshot, or being processed by a live owner.
+ *
+ * The messages it walked past are why the front is exact, and each is
+ * covered by an event that moves the front back down:
+ *
+ *	- every transaction that locks or writes an open message (a receive,
+ *	  take, completion, failure, extension or requeue) notes its scope
+ *	  first, and its commit records an event: "messages written here are
+ *	  due at or after my start", which holds for every due the extension
+ *	  writes (now(), a later not_before, a take's clock, a lease's end, a
+ *	  retry's time).  A take's move is capped by the events recorded since
+ *	  it read the front, which covers every message its snapshot could not
+ *	  see, and every message it skipped as locked whose locker committed;
+ *	- a transaction or subtransaction that aborts puts back what it locked
+ *	  with its old due: its abort forgets its scopes' fronts;
+ *	- a session that ended leaves its messages to the next take, whatever
+ *	  their due: its exit forgets every front (inbox_front_watch_owner_exit,
+ *	  for the sessions that took messages);
+ *	- a prepared transaction commits later, from another session, where
+ *	  nothing is noted: after a PREPARE that noted a scope, no front is
+ *	  kept until the server restarts.
+ *
+ * What none of that covers (an UPDATE of inbox.entries by hand, an owner
+ * that released its owner lock with pg_advisory_unlock_all) is found by a
+ * full scan, which every scope's takes run at least once a second; until
+ * then such a message may wait behind newer ones.
+ *
+ * Fronts live in a fixed array of slots, a scope's slot given by its
+ * hash; two scopes that share a slot take it from each other, and the one
+ * without it scans from its oldest entry, as without the preload.  Events
+ * live in a ring: a take that read the front longer ago than the ring
+ * holds does not move it.  Where Citus is installed, another node may
+ * write a scope's messages, and no front is kept.
+ *
+ * src/front.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "distributed.h"
+#include "front.h"
+
+/* Slots and ring, each a power of two */
+#define FRONT_SLOTS			4096
+#define FRONT_EVENTS		1024
+
+/* How long a scope's takes may go without one full scan */
+#define FRONT_FULL_SCAN_MS	1000
+
+/* The event key that stands for every scope */
+#define FRONT_ALL_SCOPES	UINT64CONST(0)
+
+/* Distinct scopes one transaction notes before it counts as noting all */
+#define FRONT_NOTES			8
+
+/*
+ * The front is a (due, message_id) pair, as the index orders entries:
+ * messages received together share their due, and a front of due alone
+ * would walk all of them.  A message id is kept up to this many bytes (cut
+ * at a character): a prefix sorts before every id it starts, so the front
+ * is still a lower bound.
+ */
+#define FRONT_ID_BYTES		64
+
+typedef struct FrontSlot
+{
+	uint64		key;			/* the scope whose front this is */
+	uint64		epoch;			/* valid only in the current epoch */
+	TimestampTz low;			/* the front's due */
+	TimestampTz full_at;		/* the last full scan's now */
+	int			low_id_len;		/* and its message id (a prefix) */
+	char		low_id[FRONT_ID_BYTES];
+} FrontSlot;
+
+typedef struct FrontEvent
+{
+	uint64		key;			/* a scope, or FRONT_ALL_SCOPES */
+	TimestampTz bound;			/* due at or after it; DT_NOBEGIN: any */
+} FrontEvent;
+
+typedef struct FrontShared
+{
+	LWLock	   *lock;
+	uint64		events;			/* events recorded so far */
+	uint64		epoch;			/* moved when every front is forgotten */
+	bool		disabled;		/* a prepared transaction noted a scope */
+	FrontEvent	ring[FRONT_EVENTS];
+	FrontSlot	slots[FRONT_SLOTS];
+} FrontShared;
+
+static FrontShared *front = NULL;
+
+static bool take_front = true;
+
+/* The scopes this transaction noted, and whether to forget their fronts */
+typedef struct FrontNote
+{
+	uint64		key;
+	bool		forget;
+} FrontNote;
+
+static FrontNote noted[FRONT_NOTES];
+static int	n_noted = 0;
+static bool noted_overflow = false;
+
+static bool owner_exit_watched = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+front_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sizeof(FrontShared));
+	RequestNamedLWLockTranche("inbox_front", 1);
+}
+
+static void
+front_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	front = ShmemInitStruct("inbox fronts", sizeof(FrontShared), &found);
+	if (!found)
+	{
+		memset(front, 0, sizeof(FrontShared));
+		front->lock = &(GetNamedLWLockTranche("inbox_front"))->lock;
+		front->epoch = 1;		/* slot epoch 0: never valid */
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Record an event; the caller holds the lock exclusively */
+static void
+record_event(uint64 key, TimestampTz bound)
+{
+	FrontEvent *e;
+
+	front->events++;
+	e = &front->ring[front->events & (FRONT_EVENTS - 1)];
+	e->key = key;
+	e->bound = bound;
+}
+
+static FrontSlot *
+slot_of(uint64 key)
+{
+	return &front->slots[key & (FRONT_SLOTS - 1)];
+}
+
+static bool
+slot_holds(const FrontSlot *slot, uint64 key)
+{
+	return slot->key == key && slot->epoch == front->epoch;
+}
+
+/*
+ * A transaction that noted scopes ends.  At commit, the messages it wrote
+ * are due at or after its start; at abort, what it locked is back with its
+ * old due, anywhere.
+ */
+static void
+scopes_end(bool commit)
+{
+	TimestampTz start = GetCurrentTransactionStartTimestamp();
+
+	LWLockAcquire(front->lock, LW_EXCLUSIVE);
+	if (noted_overflow)
+	{
+		record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
+		front->epoch++;
+	}
+	else
+	{
+		for (int i = 0; i < n_noted; i++)
+		{
+			FrontSlot  *slot = slot_of(noted[i].key);
+			TimestampTz bound = commit && !noted[i].forget ? start : DT_NOBEGIN;
+
+			record_event(noted[i].key, bound);
+			if (slot_holds(slot, noted[i].key))
+			{
+				if (bound == DT_NOBEGIN)
+					slot->epoch = 0;
+				else if (bound <= slot->low)
+				{
+					slot->low = bound;
+					slot->low_id_len = 0;
+				}
+			}
+		}
+	}
+	LWLockRelease(front->lock);
+}
+
+static void
+forget_notes(void)
+{
+	n_noted = 0;
+	noted_overflow = false;
+}
+
+static void
+front_xact_callback(XactEvent event, void *arg)
+{
+	if (n_noted == 0 && !noted_overflow)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			scopes_end(true);
+			forget_notes();
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			scopes_end(false);
+			forget_notes();
+			break;
+		case XACT_EVENT_PREPARE:
+			/* its commit will be nobody's event: see the banner */
+			LWLockAcquire(front->lock, LW_EXCLUSIVE);
+			front->disabled = true;
+			record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
+			LWLockRelease(front->lock);
+			forget_notes();
+			break;
+		default:
+			break;
+	}
+}
+
+/* A subtransaction's abort releases its locks: what they held is back */
+static void
+front_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && (n_noted > 0 || noted_overflow))
+		scopes_end(false);
+}
+
+void
+front_init(void)
+{
+	DefineCustomBoolVariable("inbox.take_front",
+							 "Whether a take starts at its scope's front, kept in shared memory.",
+							 "Off makes every take scan its scope's open-messages index from the oldest "
+							 "entry, dead ones included, as without shared_preload_libraries.  Either way "
+							 "every session keeps the fronts exact for the others.",
+							 &take_front,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	/*
+	 * Notes are dropped at transaction end whether or not the slots exist,
+	 * so the callbacks are needed in every backend that loads the library.
+	 */
+	RegisterXactCallback(front_xact_callback, NULL);
+	RegisterSubXactCallback(front_subxact_callback, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = front_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = front_shmem_startup;
+}
+
+static uint64
+scope_key(int leaf, const text *scope)
+{
+	uint64		key;
+
+	key = hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
+							  VARSIZE_ANY_EXHDR(scope),
+							  ((uint64) MyDatabaseId << 8) | (uint64) leaf);
+	return key == FRONT_ALL_SCOPES ? 1 : key;
+}
+
+/*
+ * This transaction is about to lock or write open messages of scope: see
+ * the banner.  Called before the statement, so that its abort is seen.
+ * forget: its commit forgets the front, wherever the dues it wrote are.
+ */
+void
+inbox_front_note(int leaf, const text *scope, bool forget)
+{
+	uint64		key;
+
+	if (front == NULL || noted_overflow)
+		return;
+	key = scope_key(leaf, scope);
+	for (int i = 0; i < n_noted; i++)
+	{
+		if (noted[i].key == key)
+		{
+			noted[i].forget |= forget;
+			return;
+		}
+	}
+	if (n_noted == FRONT_NOTES)
+		noted_overflow = true;
+	else
+	{
+		noted[n_noted].key = key;
+		noted[n_noted].forget = forget;
+		n_noted++;
+	}
+}
+
+/*
+ * Where a take at now should start.  It notes the scope too: the take
+ * locks what it picks.
+ */
+void
+inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *f)
+{
+	FrontSlot  *slot;
+
+	inbox_front_note(leaf, scope, false);
+	f->low = DT_NOBEGIN;
+	f->low_id = cstring_to_text_with_len("", 0);
+	f->full = true;
+	f->usable = front != NULL && take_front && !inbox_citus_installed();
+	if (!f->usable)
+		return;
+	f->key = scope_key(leaf, scope);
+	slot = slot_of(f->key);
+
+	LWLockAcquire(front->lock, LW_SHARED);
+	f->version = front->events;
+	if (front->disabled)
+		f->usable = false;
+	else if (slot_holds(slot, f->key) && slot->low <= now && slot->full_at <= now &&
+			 !TimestampDifferenceExceeds(slot->full_at, now, FRONT_FULL_SCAN_MS))
+	{
+		f->low = slot->low;
+		f->low_id = cstring_to_text_with_len(slot->low_id, slot->low_id_len);
+		f->full = false;
+	}
+	LWLockRelease(front->lock);
+}
+
+/* Does (t1, id1) sort before (t2, id2), as the index sorts them? */
+static bool
+front_before(TimestampTz t1, const char *id1, int len1,
+			 TimestampTz t2, const char *id2, int len2)
+{
+	int			c;
+
+	if (t1 != t2)
+		return t1 < t2;
+	c = memcmp(id1, id2, Min(len1, len2));
+	return c < 0 || (c == 0 && len1 < len2);
+}
+
+/*
+ * After the scan of a take that read f at now: every message it could
+ * hand out sorts at or after (bound, bound_id; NULL: ""), but for the
+ * events since.
+ */
+void
+inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
+					const text *bound_id)
+{
+	FrontSlot  *slot;
+	const char *id = "";
+	int			id_len = 0;
+
+	if (!f->usable)
+		return;
+	slot = slot_of(f->key);
+	if (bound_id != NULL)
+	{
+		id = VARDATA_ANY(bound_id);
+		id_len = pg_mbcliplen(id, VARSIZE_ANY_EXHDR(bound_id), FRONT_ID_BYTES);
+	}
+
+	LWLockAcquire(front->lock, LW_EXCLUSIVE);
+	if (!front->disabled && front->events - f->version < FRONT_EVENTS)
+	{
+		for (uint64 v = f->version + 1; v <= front->events; v++)
+		{
+			FrontEvent *e = &front->ring[v & (FRONT_EVENTS - 1)];
+
+			if ((e->key == f->key || e->key == FRONT_ALL_SCOPES) && e->bound <= bound)
+			{
+				bound = e->bound;
+				id_len = 0;
+			}
+		}
+		if (bound == DT_NOBEGIN)
+			;					/* an abort or exit: nothing learnt */
+		else if (f->full ||
+				 (slot_holds(slot, f->key) &&
+				  front_before(slot->low, slot->low_id, slot->low_id_len, bound, id, id_len)))
+		{
+			/* A full scan's bound holds by itself, and claims the slot */
+			if (f->full)
+			{
+				slot->key = f->key;
+				slot->epoch = front->epoch;
+				slot->full_at = now;
+			}
+			slot->low = bound;
+			slot->low_id_len = id_len;
+			memcpy(slot->low_id, id, id_len);
+		}
+	}
+	LWLockRelease(front->lock);
+}
+
+/*
+ * At the exit of a session that took messages, forget every front.  On
+ * shmem exit, not before: the owner lock that keeps the session's messages
+ * from other takes is released before (ShutdownPostgres), and a take that
+ * ran between the two would move a front past them.
+ */
+static void
+owner_exit(int code, Datum arg)
+{
+	if (front == NULL)
+		return;
+	LWLockAcquire(front->lock, LW_EXCLUSIVE);
+	front->epoch++;
+	record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
+	LWLockRelease(front->lock);
+}
+
+void
+inbox_front_watch_owner_exit(void)
+{
+	if (owner_exit_watched || front == NULL)
+		return;
+	on_shmem_exit(owner_exit, (Datum) 0);
+	owner_exit_watched = true;
+}
