@@ -183,6 +183,46 @@ SELECT array_agg(message_id) = array_agg(message_id ORDER BY message_id) AS in_o
 	   min(message_id), max(message_id), bool_and(attempts = 2) AS second_attempt
 FROM (SELECT message_id, attempts FROM inbox_poll('chunks', 150)) t;
 
+-- Takes start at the scope's front (src/front.c), not at the oldest entry
+-- of the leaf's open-messages index: a take does not walk the entries of
+-- the messages taken before it, which stay until VACUUM.  150 takes of one
+-- in one transaction, counted by the entries that index returned.  The
+-- 300 messages share their due (one receive), so the front is a due and a
+-- message id.  Without the front, the i-th take walks the i - 1 before.
+SELECT count(*) FROM inbox_receive_many('front', ARRAY(SELECT 'f-' || lpad(g::text, 3, '0') FROM generate_series(1, 300) g),
+										ARRAY(SELECT jsonb_build_object('n', g) FROM generate_series(1, 300) g));
+CREATE FUNCTION regress.take_walk(n integer) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+	idx regclass := format('inbox.entries_p%s_scope_due_message_id_idx',
+						   inbox.bucket('front', 'f') / 2048)::regclass;
+	before bigint := pg_stat_get_xact_tuples_returned(idx);
+	taken text;
+BEGIN
+	FOR i IN 1 .. n LOOP
+		SELECT message_id INTO taken FROM inbox_take('front', 1);
+		IF taken IS DISTINCT FROM 'f-' || lpad(i::text, 3, '0') THEN
+			RAISE EXCEPTION 'take % got %', i, taken;
+		END IF;
+	END LOOP;
+	RETURN pg_stat_get_xact_tuples_returned(idx) - before;
+END $$;
+BEGIN;
+SELECT regress.take_walk(150) < 3 * 150 AS walks_only_its_own;
+ROLLBACK;
+BEGIN;
+SET LOCAL inbox.take_front = off;
+SELECT regress.take_walk(150) > 150 * 149 / 2 AS walks_all_before;
+ROLLBACK;
+
+-- What the front cannot hear of, such as an UPDATE by hand, a full scan
+-- finds: every scope's takes run one at least once a second.
+SELECT count(inbox_receive('by-hand', 'h-' || g, '{}'::jsonb)) FROM generate_series(1, 3) g;
+SELECT count(*) FROM inbox_take('by-hand', 10);  -- the front moves up to now
+UPDATE inbox.entries SET state = 'p', owner_session = NULL, due = now() - interval '1 hour'
+ WHERE scope = 'by-hand' AND message_id = 'h-2';
+SELECT pg_sleep(1.1);
+SELECT message_id, attempts FROM inbox_take('by-hand', 10);
+
+DROP FUNCTION regress.take_walk(integer);
 DROP TABLE regress.receipts;
 DROP FUNCTION regress.try_receipt(text);
-
