@@ -37,7 +37,7 @@ SELECT regress.try($$SELECT inbox_receive('orders', 'evt-9', '{}')$$);
 SELECT inbox_receive('orders', 'evt-2', '{"order": 2}'::jsonb);
 UPDATE inbox.entries SET received_at = received_at - interval '1 hour', due = due - interval '1 hour'
  WHERE message_id = 'evt-2';
-SELECT inbox.wake_takers('orders');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('orders');  -- moved by hand: the front must hear of it
 SELECT message_id, payload, payload_bytes, attempts FROM inbox_take('orders', 2);
 SELECT message_id, state FROM inbox.entries WHERE scope = 'orders' ORDER BY 1;
 SELECT count(*) AS owned_by_me FROM inbox.entries
@@ -60,7 +60,7 @@ SELECT inbox_receive('orders', 'evt-2', '{"order": 2}'::jsonb) AS new, inbox_res
 -- Owned by another session: refused, so the effect in this transaction
 -- rolls back.
 UPDATE inbox.entries SET owner_session = 42 WHERE message_id = 'evt-1';
-SELECT inbox.wake_takers('orders');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('orders');  -- moved by hand: the front must hear of it
 SELECT regress.try($$SELECT inbox_complete('orders', 'evt-1')$$);
 SELECT regress.try($$SELECT inbox_fail('orders', 'evt-1', 'x')$$);
 SELECT regress.try($$SELECT inbox_extend('orders', 'evt-1', '1 minute')$$);
@@ -71,7 +71,7 @@ SELECT message_id, attempts FROM inbox_take('orders');
 SELECT inbox_fail('orders', 'evt-1', 'warehouse API: 503', '1 hour');
 SELECT message_id FROM inbox_take('orders');     -- not visible for an hour
 UPDATE inbox.entries SET due = now() WHERE message_id = 'evt-1';
-SELECT inbox.wake_takers('orders');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('orders');  -- moved by hand: the front must hear of it
 SELECT message_id, attempts FROM inbox_take('orders');
 SELECT inbox_set_max_attempts('orders', 3);
 SELECT inbox_fail('orders', 'evt-1', 'warehouse API: 503');
@@ -82,7 +82,7 @@ SELECT regress.try($$SELECT inbox_fail('orders', 'edi-1', 'x', '-1 second')$$);
 -- A message whose owner vanished after its last attempt dies too.
 SELECT inbox_receive('orders', 'poison', '{}'::jsonb);
 UPDATE inbox.entries SET state = 'r', attempts = 3, owner_session = 42 WHERE message_id = 'poison';
-SELECT inbox.wake_takers('orders');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('orders');  -- moved by hand: the front must hear of it
 SELECT message_id FROM inbox_take('orders');
 SELECT message_id, last_error FROM inbox_dead_letters WHERE message_id = 'poison';
 -- Requeue puts a dead message back, attempts reset.
@@ -100,7 +100,7 @@ SELECT inbox_extend('orders', 'evt-1', '2 hours') > now() + interval '1 hour' AS
 SELECT message_id FROM inbox_take('orders', 1);  -- lease running: kept
 UPDATE inbox.entries SET lease_until = now() - interval '1 second', due = now() - interval '1 second'
  WHERE message_id = 'evt-1';
-SELECT inbox.wake_takers('orders');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('orders');  -- moved by hand: the front must hear of it
 SELECT message_id, attempts FROM inbox_take('orders', 1);  -- lease over: taken again
 SELECT inbox_complete('orders', 'evt-1');
 SELECT inbox_complete('orders', 'edi-1');
@@ -109,9 +109,9 @@ SELECT inbox_complete('orders', 'edi-1');
 SELECT inbox_receive('keep', 'k-' || g, '{}'::jsonb) FROM generate_series(1, 3) g;
 UPDATE inbox.entries SET state = 'r', owner_session = inbox.session_key(), attempts = 1
  WHERE scope = 'keep' AND message_id = 'k-2';
-SELECT inbox.wake_takers('keep');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('keep');  -- moved by hand: the front must hear of it
 UPDATE inbox.entries SET state = 'x', attempts = 5 WHERE scope = 'keep' AND message_id = 'k-3';
-SELECT inbox.wake_takers('keep');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('keep');  -- moved by hand: the front must hear of it
 SET inbox.idle_threshold = '365d';
 UPDATE inbox.entries SET received_at = now() - interval '30 days' WHERE scope = 'keep';
 SELECT inbox_purge() >= 0 AS purged;

@@ -1032,6 +1032,9 @@ DECLARE
 	removed bigint;
 BEGIN
 	PERFORM inbox.check_key(inbox_drop_scope.scope, NULL, false);
+	-- It locks the scope's open messages too: if it rolls back, they are
+	-- back where they were, and the front must hear of it (src/front.c)
+	PERFORM inbox.wake_takers(inbox_drop_scope.scope);
 	DELETE FROM inbox.entries AS e
 	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	GET DIAGNOSTICS removed = ROW_COUNT;
@@ -1743,6 +1746,14 @@ AS 'MODULE_PATHNAME', 'inbox_wake_takers'
 LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
 
 REVOKE ALL ON FUNCTION inbox.wake_takers(text) FROM PUBLIC;
+
+-- For messages moved by hand (an UPDATE of inbox.entries, as the tests
+-- do): the next take of the scope scans it from its oldest entry.
+CREATE FUNCTION inbox.forget_front(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_front'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION inbox.forget_front(text) FROM PUBLIC;
 
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
 									payload_hash bytea, not_before timestamptz)

@@ -29,7 +29,7 @@ FROM regress.receipts;
 -- Another session, behind a pooler, completes by receipt: the session
 -- check does not apply.  (owner_session 42 is nobody's.)
 UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'jobs';
-SELECT inbox.wake_takers('jobs');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('jobs');  -- moved by hand: the front must hear of it
 SELECT regress.try($$SELECT inbox_complete('jobs', 'j-1')$$);
 SELECT inbox_complete('jobs', receipt, '{"ok": true}') FROM regress.receipts WHERE message_id = 'j-1';
 SELECT state, inbox_result('jobs', 'j-1') FROM inbox_status('jobs', 'j-1');
@@ -51,7 +51,7 @@ FROM regress.receipts WHERE message_id = 'j-2';
 SELECT regress.try($$SELECT inbox_fail('jobs', NULL::uuid, 'x')$$);
 -- A message taken again gets a new receipt; the old one is refused.
 UPDATE inbox.entries SET due = now() WHERE scope = 'jobs' AND message_id = 'j-2';
-SELECT inbox.wake_takers('jobs');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('jobs');  -- moved by hand: the front must hear of it
 SELECT message_id, attempts, receipt <> (SELECT receipt FROM regress.receipts WHERE message_id = 'j-2') AS new_receipt
 FROM inbox_poll('jobs', 1);
 SELECT regress.try_receipt(format($$SELECT inbox_complete('jobs', %L::uuid)$$, receipt))
@@ -62,16 +62,16 @@ TRUNCATE regress.receipts;
 INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('jobs', 1, lease => '1 minute');
 UPDATE inbox.entries SET lease_until = now() - interval '1 second', due = now() - interval '1 second'
  WHERE scope = 'jobs' AND message_id = (SELECT message_id FROM regress.receipts);
-SELECT inbox.wake_takers('jobs');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('jobs');  -- moved by hand: the front must hear of it
 SELECT inbox_extend('jobs', receipt, '1 minute') > now() AS extended FROM regress.receipts;
 UPDATE inbox.entries SET lease_until = now() - interval '1 second', due = now() - interval '1 second'
  WHERE scope = 'jobs' AND message_id = (SELECT message_id FROM regress.receipts);
-SELECT inbox.wake_takers('jobs');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('jobs');  -- moved by hand: the front must hear of it
 SELECT message_id FROM inbox_poll('jobs', 1);
 SELECT regress.try_receipt(format($$SELECT inbox_complete('jobs', %L::uuid)$$, receipt)) FROM regress.receipts;
 -- The taking session may still complete by message id, as with inbox_take.
 UPDATE inbox.entries SET owner_session = inbox.session_key() WHERE scope = 'jobs' AND state = 'r';
-SELECT inbox.wake_takers('jobs');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('jobs');  -- moved by hand: the front must hear of it
 SELECT inbox_complete('jobs', message_id) FROM inbox.entries WHERE scope = 'jobs' AND state = 'r';
 
 -- A poll without a lease: its receipt holds while the taking session
@@ -81,7 +81,7 @@ INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('solo', 
 RETURNING message_id;
 SELECT message_id FROM inbox_poll('solo', 1, lease => NULL);   -- held by this live session
 UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'solo';
-SELECT inbox.wake_takers('solo');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('solo');  -- moved by hand: the front must hear of it
 SELECT message_id, attempts, lease_until FROM inbox_poll('solo', 1, lease => NULL);
 SELECT regress.try_receipt(format($$SELECT inbox_complete('solo', %L::uuid)$$, receipt))
 FROM regress.receipts WHERE message_id = 's-1';
@@ -95,7 +95,7 @@ TRUNCATE regress.receipts;
 INSERT INTO regress.receipts SELECT message_id, receipt FROM inbox_poll('leased-gone', 1, lease => '2 hours')
 RETURNING message_id;
 UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'leased-gone';
-SELECT inbox.wake_takers('leased-gone');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('leased-gone');  -- moved by hand: the front must hear of it
 SELECT message_id FROM inbox_poll('leased-gone', 1);
 SELECT regress.try_receipt(format($$SELECT inbox_complete('leased-gone', %L::uuid)$$, receipt)) FROM regress.receipts;
 -- ... while one taken by inbox_take, bound to its session, comes back at
@@ -104,7 +104,7 @@ SELECT inbox_receive('leased-gone', 'g-2', '{}'::jsonb);
 SELECT message_id FROM inbox_take('leased-gone', 1, lease => '2 hours');
 SELECT message_id FROM inbox_take('leased-gone', 1);   -- its owner (this session) lives
 UPDATE inbox.entries SET owner_session = 42 WHERE scope = 'leased-gone' AND message_id = 'g-2';
-SELECT inbox.wake_takers('leased-gone');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('leased-gone');  -- moved by hand: the front must hear of it
 SELECT message_id, attempts FROM inbox_take('leased-gone', 1);
 SELECT inbox_complete('leased-gone', 'g-2');
 
@@ -133,7 +133,7 @@ SELECT inbox_receive('later', 'l-1', '{}'::jsonb, NULL, not_before => now());   
 SELECT message_id FROM inbox_take('later', 10);
 SELECT pending, processing, oldest_pending_age FROM inbox_stats WHERE scope = 'later';
 UPDATE inbox.entries SET due = now() - interval '5 minutes' WHERE scope = 'later' AND message_id = 'l-1';
-SELECT inbox.wake_takers('later');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('later');  -- moved by hand: the front must hear of it
 SELECT pending, oldest_pending_age >= interval '5 minutes' AS aged FROM inbox_stats WHERE scope = 'later';
 SELECT message_id FROM inbox_take('later', 10);
 
@@ -178,7 +178,7 @@ SELECT count(*) AS taken, count(*) FILTER (WHERE e.receipt = r.receipt AND e.sta
 FROM regress.receipts r JOIN inbox.entries e ON e.scope = 'chunks' AND e.message_id = r.message_id;
 SELECT count(*) AS under_lease_retaken FROM inbox_poll('chunks', 150);
 UPDATE inbox.entries SET due = now() - interval '1 hour', lease_until = now() - interval '1 hour' WHERE scope = 'chunks';
-SELECT inbox.wake_takers('chunks');  -- moved by hand: the front forgets it
+SELECT inbox.forget_front('chunks');  -- moved by hand: the front must hear of it
 SELECT array_agg(message_id) = array_agg(message_id ORDER BY message_id) AS in_order, count(*),
 	   min(message_id), max(message_id), bool_and(attempts = 2) AS second_attempt
 FROM (SELECT message_id, attempts FROM inbox_poll('chunks', 150)) t;

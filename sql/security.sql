@@ -23,7 +23,7 @@ FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid =
 JOIN pg_language l ON l.oid = p.prolang
 WHERE d.refclassid = 'pg_extension'::regclass
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'inbox')
-ORDER BY 1, 2;
+ORDER BY 1, 2, 3;
 -- Every entry point has its implementation, with the same arguments, and it
 -- is the only kind of function that is not SECURITY DEFINER in the API.
 SELECT e.oid::regprocedure AS entry_point, i.oid IS NOT NULL AS has_implementation,

@@ -23,30 +23,39 @@
  *	  was dead, or locked by another transaction, or invisible to its
  *	  snapshot, or being processed by a live owner.
  *
+ * (Only a take under READ COMMITTED moves it: its scan's snapshot is
+ * taken after it read the front; one under REPEATABLE READ may be older.)
+ *
  * The messages it walked past are why the front is exact, and each is
  * covered by an event that moves the front back down:
  *
  *	- every transaction that locks or writes an open message (a receive,
- *	  take, completion, failure, extension or requeue) notes its scope
- *	  first, and its commit records an event: "messages written here are
- *	  due at or after my start", which holds for every due the extension
- *	  writes (now(), a later not_before, a take's clock, a lease's end, a
- *	  retry's time).  A take's move is capped by the events recorded since
- *	  it read the front, which covers every message its snapshot could not
- *	  see, and every message it skipped as locked whose locker committed;
+ *	  take, completion, failure, extension, requeue or scope drop) notes
+ *	  its scope first, and its commit records an event: "messages written
+ *	  here are due at or after my start", which holds for every due the
+ *	  extension writes (now(), a later not_before, a take's clock, a
+ *	  lease's end, a retry's time).  A take's move is capped by the events
+ *	  recorded since it read the front, which covers every message its
+ *	  snapshot could not see, and every message it skipped as locked whose
+ *	  locker committed.  The commit is recorded before wakeup.c wakes the
+ *	  waiting takes (front_init);
  *	- a transaction or subtransaction that aborts puts back what it locked
  *	  with its old due: its abort forgets its scopes' fronts;
  *	- a session that ended leaves its messages to the next take, whatever
  *	  their due: its exit forgets every front (inbox_front_watch_owner_exit,
  *	  for the sessions that took messages);
- *	- a prepared transaction commits later, from another session, where
- *	  nothing is noted: after a PREPARE that noted a scope, no front is
- *	  kept until the server restarts.
+ *	- a prepared transaction ends from whichever session runs COMMIT or
+ *	  ROLLBACK PREPARED, maybe after a restart, where nothing was noted:
+ *	  the transaction that runs either forgets every front when it ends.
  *
- * What none of that covers (an UPDATE of inbox.entries by hand, an owner
- * that released its owner lock with pg_advisory_unlock_all) is found by a
- * full scan, which every scope's takes run at least once a second; until
- * then such a message may wait behind newer ones.
+ * What none of that covers is found by a full scan, which every scope's
+ * takes run at least once a second; until then such a message may wait
+ * behind newer ones.  That is an UPDATE of inbox.entries by hand (which
+ * inbox.forget_front(scope) tells the front of), an owner that released
+ * its owner lock with pg_advisory_unlock_all() or DISCARD ALL, and a
+ * message that inbox_take gave a lease: it stays due from its take, so
+ * that it comes back at once when its owner ends, and becomes takeable
+ * again when its lease runs out, which no transaction does.
  *
  * Fronts live in a fixed array of slots, a scope's slot given by its
  * hash; two scopes that share a slot take it from each other, and the one
@@ -69,12 +78,14 @@
 #include "storage/shmem.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "distributed.h"
 #include "front.h"
+#include "keys.h"
 
 /* Slots and ring, each a power of two */
 #define FRONT_SLOTS			4096
@@ -119,7 +130,6 @@ typedef struct FrontShared
 	LWLock	   *lock;
 	uint64		events;			/* events recorded so far */
 	uint64		epoch;			/* moved when every front is forgotten */
-	bool		disabled;		/* a prepared transaction noted a scope */
 	FrontEvent	ring[FRONT_EVENTS];
 	FrontSlot	slots[FRONT_SLOTS];
 } FrontShared;
@@ -143,6 +153,9 @@ static bool owner_exit_watched = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+PG_FUNCTION_INFO_V1(inbox_forget_front);
 
 static void
 front_shmem_request(void)
@@ -260,16 +273,39 @@ front_xact_callback(XactEvent event, void *arg)
 			forget_notes();
 			break;
 		case XACT_EVENT_PREPARE:
-			/* its commit will be nobody's event: see the banner */
-			LWLockAcquire(front->lock, LW_EXCLUSIVE);
-			front->disabled = true;
-			record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
-			LWLockRelease(front->lock);
+			/* its end is COMMIT or ROLLBACK PREPARED's: see the banner */
 			forget_notes();
 			break;
 		default:
 			break;
 	}
+}
+
+/*
+ * COMMIT PREPARED and ROLLBACK PREPARED end a transaction whose notes were
+ * made by another session, or before a restart: the transaction that runs
+ * them forgets every front when it ends.
+ */
+static void
+front_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					  ProcessUtilityContext context, ParamListInfo params,
+					  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+
+	if (front != NULL && IsA(parsetree, TransactionStmt))
+	{
+		TransactionStmtKind kind = ((TransactionStmt *) parsetree)->kind;
+
+		if (kind == TRANS_STMT_COMMIT_PREPARED || kind == TRANS_STMT_ROLLBACK_PREPARED)
+			noted_overflow = true;
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
 }
 
 /* A subtransaction's abort releases its locks: what they held is back */
@@ -298,9 +334,14 @@ front_init(void)
 	/*
 	 * Notes are dropped at transaction end whether or not the slots exist,
 	 * so the callbacks are needed in every backend that loads the library.
+	 * Callbacks run in the reverse order of their registration, and this
+	 * one must run before wakeup.c's: a take woken by a commit must find
+	 * the front that commit lowered.
 	 */
 	RegisterXactCallback(front_xact_callback, NULL);
 	RegisterSubXactCallback(front_subxact_callback, NULL);
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = front_process_utility;
 
 	if (!process_shared_preload_libraries_in_progress)
 		return;
@@ -360,29 +401,33 @@ void
 inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *f)
 {
 	FrontSlot  *slot;
+	char		low_id[FRONT_ID_BYTES];
+	int			low_id_len = 0;
 
 	inbox_front_note(leaf, scope, false);
 	f->low = DT_NOBEGIN;
-	f->low_id = cstring_to_text_with_len("", 0);
 	f->full = true;
 	f->usable = front != NULL && take_front && !inbox_citus_installed();
 	if (!f->usable)
+	{
+		f->low_id = cstring_to_text_with_len("", 0);
 		return;
+	}
 	f->key = scope_key(leaf, scope);
 	slot = slot_of(f->key);
 
 	LWLockAcquire(front->lock, LW_SHARED);
 	f->version = front->events;
-	if (front->disabled)
-		f->usable = false;
-	else if (slot_holds(slot, f->key) && slot->low <= now && slot->full_at <= now &&
-			 !TimestampDifferenceExceeds(slot->full_at, now, FRONT_FULL_SCAN_MS))
+	if (slot_holds(slot, f->key) && slot->low <= now && slot->full_at <= now &&
+		!TimestampDifferenceExceeds(slot->full_at, now, FRONT_FULL_SCAN_MS))
 	{
 		f->low = slot->low;
-		f->low_id = cstring_to_text_with_len(slot->low_id, slot->low_id_len);
+		low_id_len = slot->low_id_len;
+		memcpy(low_id, slot->low_id, low_id_len);
 		f->full = false;
 	}
 	LWLockRelease(front->lock);
+	f->low_id = cstring_to_text_with_len(low_id, low_id_len);
 }
 
 /* Does (t1, id1) sort before (t2, id2), as the index sorts them? */
@@ -411,7 +456,13 @@ inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
 	const char *id = "";
 	int			id_len = 0;
 
-	if (!f->usable)
+	/*
+	 * Under REPEATABLE READ or SERIALIZABLE the scan used the
+	 * transaction's snapshot, which may be older than the events the take
+	 * read the front after: what was committed in between is invisible to
+	 * it, and would not cap its bound.  Such a take only reads the front.
+	 */
+	if (!f->usable || IsolationUsesXactSnapshot())
 		return;
 	slot = slot_of(f->key);
 	if (bound_id != NULL)
@@ -421,7 +472,7 @@ inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
 	}
 
 	LWLockAcquire(front->lock, LW_EXCLUSIVE);
-	if (!front->disabled && front->events - f->version < FRONT_EVENTS)
+	if (front->events - f->version < FRONT_EVENTS)
 	{
 		for (uint64 v = f->version + 1; v <= front->events; v++)
 		{
@@ -469,6 +520,19 @@ owner_exit(int code, Datum arg)
 	front->epoch++;
 	record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
 	LWLockRelease(front->lock);
+}
+
+/*
+ * inbox.forget_front(scope text): the scope's next take scans it from its
+ * oldest entry, once this transaction commits; for messages moved by hand.
+ */
+Datum
+inbox_forget_front(PG_FUNCTION_ARGS)
+{
+	text	   *scope = PG_GETARG_TEXT_PP(0);
+
+	inbox_front_note(inbox_scope_leaf(scope), scope, true);
+	PG_RETURN_VOID();
 }
 
 void

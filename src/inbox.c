@@ -40,8 +40,9 @@ _PG_init(void)
 	claim_init();				/* inbox.on_duplicate, inbox.claim_timeout */
 	direct_init();				/* inbox.direct_insert */
 	deferred_init();			/* inbox.max_attempts */
-	front_init();				/* inbox.take_front: where takes start */
 	wakeup_init();				/* waiting takes, woken at commit */
+	front_init();				/* inbox.take_front: where takes start;
+								 * after wakeup_init, see front.c */
 	purge_init();				/* retention and purge batches */
 	worker_init();				/* the launcher and its purge workers */
 	stats_init();				/* the shared-memory counters */

@@ -213,17 +213,16 @@ inbox_wakeup_sleep(const text *scope, uint64 generation, long timeout_ms)
 /*
  * inbox.wake_takers(scope text): for the SQL functions that make a message
  * takeable again, or move when it is (inbox_fail with a retry,
- * inbox_requeue, inbox_extend).  They lock what they change, and move its
- * due: their commit forgets the scope's front, so that the next take
- * scans the whole scope (src/front.c).  Tests that move messages by hand
- * call it too.
+ * inbox_requeue, inbox_extend, inbox_drop_scope).  They lock what they
+ * change, and move its due to their clock or later: the scope's front must
+ * hear of their end too (src/front.c).
  */
 Datum
 inbox_wake_takers(PG_FUNCTION_ARGS)
 {
 	text	   *scope = PG_GETARG_TEXT_PP(0);
 
-	inbox_front_note(inbox_scope_leaf(scope), scope, true);
+	inbox_front_note(inbox_scope_leaf(scope), scope, false);
 	inbox_wakeup_note(scope);
 	PG_RETURN_VOID();
 }

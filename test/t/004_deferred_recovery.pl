@@ -28,7 +28,7 @@ $node->sql(q{
 	SELECT count(inbox_receive('ship', 'm' || g, jsonb_build_object('n', g))) FROM generate_series(1, 5) g;
 	UPDATE inbox.entries SET received_at = received_at + (substr(message_id, 2)::int * interval '1 second'),
 		due = due - interval '1 hour' + (substr(message_id, 2)::int * interval '1 second');
-	SELECT inbox.wake_takers('ship');  -- moved by hand: the front forgets it
+	SELECT inbox.forget_front('ship');  -- moved by hand: the front must hear of it
 });
 
 # A worker session that takes one message and keeps it.

@@ -87,7 +87,7 @@ $node->sql(q{
 	SELECT message_id FROM inbox_poll('shipping', 1, '1 hour');
 	UPDATE inbox.entries SET due = now() - interval '10 minutes'
 	 WHERE scope = 'shipping' AND message_id = 's3';
-	SELECT inbox.wake_takers('shipping');  -- moved by hand: the front forgets it
+	SELECT inbox.forget_front('shipping');  -- moved by hand: the front must hear of it
 });
 # parcels: one message, one attempt allowed, failed: a dead letter.
 is( $node->sql(q{
