@@ -755,6 +755,7 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 	Datum		values[3];
 	bool		isnull;
 	Datum		until;
+	int			leaf;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -776,10 +777,11 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 									IntervalPGetDatum(lease));
 
 	/* The lease's end is the message's new due: see inbox.wake_takers */
-	inbox_front_note(inbox_scope_leaf(scope), scope, false);
+	leaf = inbox_scope_leaf(scope);
+	inbox_front_note(leaf, scope, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_EXTEND_RECEIPT, inbox_scope_leaf(scope)),
+	execute(leaf_plan(LEAF_EXTEND_RECEIPT, leaf),
 			values, NULL, SPI_OK_UPDATE_RETURNING);
 	if (SPI_processed != 1)
 	{

@@ -13,12 +13,13 @@
  * queue pays that on every take (pgmq does too); it made the deferred
  * mode slower than pgmq, whose index entries are smaller (issue 12).
  *
- * So shared memory keeps, per scope, a lower bound of the due of every
- * message a take could hand out: the front.  A take scans from due >=
- * front, and after its scan moves the front up to what it has seen:
+ * So shared memory keeps, per scope, a lower bound of the (due,
+ * message_id) of every message a take could hand out: the front.  A take
+ * scans from (due, message_id) >= front, and after its scan moves the
+ * front up to what it has seen:
  *
- *	- if it got as many messages as it asked for, to the due of the last
- *	  one (the scan is in due order);
+ *	- if it got as many messages as it asked for, to the last one (the
+ *	  scan is in the index's order);
  *	- if it got fewer, to the now it scanned up to: what it walked past
  *	  was dead, or locked by another transaction, or invisible to its
  *	  snapshot, or being processed by a live owner.
@@ -73,12 +74,12 @@
 #include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "mb/pg_wchar.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
-#include "mb/pg_wchar.h"
-#include "utils/builtins.h"
 #include "tcop/utility.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -362,19 +363,12 @@ scope_key(int leaf, const text *scope)
 	return key == FRONT_ALL_SCOPES ? 1 : key;
 }
 
-/*
- * This transaction is about to lock or write open messages of scope: see
- * the banner.  Called before the statement, so that its abort is seen.
- * forget: its commit forgets the front, wherever the dues it wrote are.
- */
-void
-inbox_front_note(int leaf, const text *scope, bool forget)
+/* Note the scope of key (front exists): see inbox_front_note */
+static void
+note_key(uint64 key, bool forget)
 {
-	uint64		key;
-
-	if (front == NULL || noted_overflow)
+	if (noted_overflow)
 		return;
-	key = scope_key(leaf, scope);
 	for (int i = 0; i < n_noted; i++)
 	{
 		if (noted[i].key == key)
@@ -394,6 +388,18 @@ inbox_front_note(int leaf, const text *scope, bool forget)
 }
 
 /*
+ * This transaction is about to lock or write open messages of scope: see
+ * the banner.  Called before the statement, so that its abort is seen.
+ * forget: its commit forgets the front, wherever the dues it wrote are.
+ */
+void
+inbox_front_note(int leaf, const text *scope, bool forget)
+{
+	if (front != NULL)
+		note_key(scope_key(leaf, scope), forget);
+}
+
+/*
  * Where a take at now should start.  It notes the scope too: the take
  * locks what it picks.
  */
@@ -404,16 +410,21 @@ inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *f)
 	char		low_id[FRONT_ID_BYTES];
 	int			low_id_len = 0;
 
-	inbox_front_note(leaf, scope, false);
 	f->low = DT_NOBEGIN;
 	f->full = true;
-	f->usable = front != NULL && take_front && !inbox_citus_installed();
+	f->usable = false;
+	if (front != NULL)
+	{
+		/* the take locks what it picks: noted whether or not it uses it */
+		f->key = scope_key(leaf, scope);
+		note_key(f->key, false);
+		f->usable = take_front && !inbox_citus_installed();
+	}
 	if (!f->usable)
 	{
 		f->low_id = cstring_to_text_with_len("", 0);
 		return;
 	}
-	f->key = scope_key(leaf, scope);
 	slot = slot_of(f->key);
 
 	LWLockAcquire(front->lock, LW_SHARED);
