@@ -32,13 +32,14 @@
  * per scope at most) and drops the cache on a relcache invalidation of the
  * table, which a statement trigger on the table sends at every change.
  *
- * From 1.0.0 on, a grant names its role by name, as pg_dump names roles
- * in every ACL, and the cache resolves names to roles when it loads: a
- * restore into another cluster finds the same roles, and a grant whose
- * role does not exist (dropped, or not created before the restore) keeps
- * its scope closed and matches nobody.  The cache is dropped whenever a
- * role is created, renamed or dropped.  Version 0.4.0 stored the role's
- * OID (a regrole), which is still read as such in a database at 0.4.0.
+ * In the SQL of 1.0.0 and later, a grant names its role by name, as
+ * pg_dump names roles in every ACL, and the cache resolves names to roles
+ * when it loads: a restore into another cluster finds the same roles, and
+ * a grant whose role does not exist (dropped, or not created before the
+ * restore) keeps its scope closed and matches nobody.  The cache is
+ * dropped whenever a role is created, renamed or dropped.  In a database
+ * still at 0.4.0, whose table stores the role's OID (a regrole), the grant
+ * is read as such.
  *
  * src/access.c
  *
@@ -481,8 +482,8 @@ call_impl(FunctionCallInfo fcinfo, InboxEntry *entry)
  * then writes it itself, as the implementation's owner, switched to the way
  * fmgr_security_definer() switches (an error's abort switches back): with
  * no statement to plan and no name to resolve, the pinned search_path has
- * nothing to protect, and setting and restoring it would cost the claim
- * 5%.  A duplicate or a mismatch is decided there too, from the entry that
+ * nothing to protect, so the claim does not pay for setting and restoring
+ * it.  A duplicate or a mismatch is decided there too, from the entry that
  * direct.c reads back.  A bounded wait, or a leaf direct.c cannot write,
  * calls the implementation, which decides it through SPI.
  */

@@ -1,15 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * admin.c
- *	  The administration functions of the previous release (0.4.0), which
- *	  were written in C: inbox_set_retention, inbox_drop_scope and
- *	  inbox_stats_reset.
+ *	  The C entry points that the SQL of 0.4.0 binds for
+ *	  its administration functions: inbox_set_retention, inbox_drop_scope
+ *	  and inbox_stats_reset.
  *
- * From 1.0.0 on they are SQL functions (sql/inbox.sql): nothing in them
- * needs C but the shared-memory counters, which inbox.forget_counters()
- * reaches.  The library keeps these entry points so that a database still
- * at 0.4.0 keeps working until ALTER EXTENSION inbox UPDATE (version.c).
- * They do what the SQL versions do, including the bound on a retention.
+ * The SQL of 1.0.0 and later defines them as SQL functions (sql/inbox.sql):
+ * nothing in them needs C but the shared-memory counters, which
+ * inbox.forget_counters() reaches.  The library keeps these entry points so
+ * that a database still at 0.4.0 keeps working until ALTER EXTENSION inbox
+ * UPDATE (version.c).  They do what the SQL versions do, including the
+ * bound on a retention.
  *
  * src/admin.c
  *

@@ -32,9 +32,9 @@
  * the claim working wherever the planner decides where rows live, such as
  * when the inbox tables are distributed by Citus.
  *
- * Each function has two C entry points: the one that version 1.0.0 of the
- * SQL binds (suffix _1_0), and the one of the previous release, which
- * checks that the database really is at that release (see version.c).
+ * Each function has two C entry points: the one that the SQL of 1.0.0 and
+ * later binds (suffix _1_0), and the one that 0.4.0's SQL binds, which
+ * checks that the database really is at 0.4.0 (see version.c).
  *
  * src/claim.c
  *
@@ -111,12 +111,13 @@ static int	claim_timeout = 0;
  * after DDL on the inbox tables (including DROP and CREATE EXTENSION), and
  * they are always used under the function's pinned search_path.
  *
- * Version 1.0.0 reaches the leaf that holds a key directly: the key's
- * bucket (keys.c) names the leaf, and each leaf has its own plans.  A
- * statement on the partitioned parent would instead set up tuple routing,
- * or run-time pruning, on every execution, which cost a claim more than
- * its own logic.  Each plan is made on first use; they are all generic
- * (nothing in them depends on the values), so none is ever re-planned.
+ * For the SQL of 1.0.0 and later, a call reaches the leaf that holds its
+ * key directly: the key's bucket (keys.c) names the leaf, and each leaf
+ * has its own plans.  A statement on the partitioned parent would instead
+ * set up tuple routing, or run-time pruning, on every execution, work that
+ * the bucket already did once for the key.  Each plan is made on first
+ * use; they are all generic (nothing in them depends on the values), so
+ * none is ever re-planned.
  */
 typedef enum LeafPlan
 {
@@ -166,9 +167,9 @@ static const Oid leaf_argtypes[LEAF_PLANS][LEAF_MAX_ARGS] = {
 };
 
 /*
- * The plans of the previous release's SQL (0.4.0), whose inbox.entries is
- * hash-partitioned by PostgreSQL and has no bucket: used by the previous
- * release's entry points until ALTER EXTENSION inbox UPDATE runs.
+ * The plans of 0.4.0's SQL, whose inbox.entries is hash-partitioned by
+ * PostgreSQL and has no bucket: used by 0.4.0's entry points until ALTER
+ * EXTENSION inbox UPDATE runs.
  */
 static SPIPlanPtr legacy_plans[LEAF_PLANS];
 
@@ -189,7 +190,7 @@ static const char *const legacy_sql[LEAF_PLANS] = {
 
 /*
  * Where a call reads and writes one key: the plans for the leaf of its
- * bucket, or the previous release's plans (legacy).
+ * bucket, or 0.4.0's plans (legacy).
  */
 typedef struct KeyPlans
 {

@@ -26,11 +26,10 @@
  *	  concurrent takes pass each other's messages;
  *	- one UPDATE for all the messages it hands out (up to TAKE_CHUNK at a
  *	  time), by primary key: message_id = ANY of their ids, or = the id
- *	  when there is one.  Each UPDATE
- *	  statement starts an executor and rebuilds the table's CHECK
- *	  expressions from their text, which is most of what a take of one
- *	  message costs; a take of ten paid it ten times when it updated the
- *	  messages one by one.  A lost message out of attempts dies by a
+ *	  when there is one.  Each UPDATE statement starts an executor and
+ *	  rebuilds the table's CHECK expressions from their text, whatever the
+ *	  number of rows it updates, so a take pays that once per chunk rather
+ *	  than once per message.  A lost message out of attempts dies by a
  *	  statement of its own, which is rare.
  *
  * The first plan must not depend on statistics: a new scope, a burst that
@@ -41,11 +40,11 @@
  * which holds for every re-planning too, since a plan is only ever
  * re-planned inside them.
  *
- * A take by inbox_take binds the message to this session, as in 0.4.0: only
- * this session completes it, and the message is taken again when the
- * session ends (or its lease runs out).  inbox_poll also gives every
- * message a receipt, a random UUID stored with the message until the next
- * take, completion or failure.  Any session holding the receipt may
+ * A take by inbox_take binds the message to this session: only this
+ * session completes it, and the message is taken again when the session
+ * ends (or its lease runs out).  inbox_poll also gives every message a
+ * receipt, a random UUID stored with the message until the next take,
+ * completion or failure.  Any session holding the receipt may
  * complete, fail or extend the message, which is what a transaction-mode
  * pooler needs: its next transaction runs on another server session.  A
  * completion by receipt names the scope, and so reaches its leaf directly.
@@ -96,8 +95,9 @@ static int	max_attempts = 5;
 /*
  * The most messages one UPDATE of a take hands out.  The UPDATE gives each
  * its receipt by its position in the ids' array (array_position), so its
- * cost grows with the square of the chunk: 64 keeps that below the cost
- * of the statement, and a take of 10,000 runs 157 statements.
+ * cost grows with the square of the chunk: the chunk is small enough that
+ * this stays below the statement's own cost, and large enough that a take
+ * of TAKE_MAX_MESSAGES runs few statements.
  */
 #define TAKE_CHUNK			64
 
@@ -360,10 +360,10 @@ take_round(TakeCall *call, int *candidates)
 	int			taken = 0;
 
 	/*
-	 * Where Citus is installed, a take updates one message a statement,
-	 * as before: with Citus 13.2.2 on 15.20, the backend running the
-	 * array form of the UPDATE on a distributed leaf died of signal 11
-	 * (test/citus/citus.pl; not diagnosed further).
+	 * Where Citus is installed, a take updates one message a statement:
+	 * the array form of the UPDATE on a distributed leaf can crash the
+	 * backend that runs it under Citus 13.2, for a cause not diagnosed
+	 * (test/citus/citus.pl runs takes on Citus).
 	 */
 	int			chunk = inbox_citus_installed() ? 1 : TAKE_CHUNK;
 

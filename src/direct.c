@@ -8,19 +8,16 @@
  * A claim is one row.  Through SPI it costs a plan-cache check, an
  * executor start and end, and, at every statement, the rebuilding of the
  * table's CHECK expressions from their text (stringToNode, then
- * expression_planner), which PostgreSQL does not cache across statements.
- * Measured with callgrind on PostgreSQL 15, that is about 180,000
- * instructions for the claim's INSERT, of which the three CHECKs alone
- * take 58,000; the whole statement users write by hand (issue 11's "h")
- * costs 101,000.  The claim writes the same row here with what the
- * executor itself calls for INSERT ... ON CONFLICT DO NOTHING
- * (nodeModifyTable.c's ExecInsert): ExecCheckIndexConstraints,
- * table_tuple_insert_speculative, ExecInsertIndexTuples and
- * table_tuple_complete_speculative, under the same speculative-insertion
- * lock.  So the arbitration is the one PostgreSQL performs for the SQL
- * statement, in the same order, by the same unique index, including the
- * wait for an uncommitted conflicting claim, which inbox.claim_timeout
- * bounds as before.
+ * expression_planner), which PostgreSQL does not cache across statements:
+ * work that does not depend on the row, and that a statement of one row
+ * pays in full.  The claim writes the same row here with what the executor
+ * itself calls for INSERT ... ON CONFLICT DO NOTHING (nodeModifyTable.c's
+ * ExecInsert): ExecCheckIndexConstraints, table_tuple_insert_speculative,
+ * ExecInsertIndexTuples and table_tuple_complete_speculative, under the
+ * same speculative-insertion lock.  So the arbitration is the one
+ * PostgreSQL performs for the SQL statement, in the same order, by the
+ * same unique index, including the wait for an uncommitted conflicting
+ * claim, which inbox.claim_timeout bounds here as it bounds the statement.
  *
  * What the SQL statement would also do, and why it is not needed here:
  *
@@ -35,9 +32,9 @@
  *	  leaf's column layout, and anything unexpected sends the claim through
  *	  SPI instead, which does all of it.
  *
- * inbox_complete marks a message done here too
- * (inbox_direct_complete, below), for the same reason: its UPDATE through
- * SPI paid the executor's start and the CHECK rebuild for one row.
+ * inbox_complete marks a message done here too (inbox_direct_complete,
+ * below), for the same reason: its UPDATE through SPI would pay the
+ * executor's start and the CHECK rebuild for one row.
  *
  * Where Citus is installed, every claim goes through SPI: there a leaf may
  * be a distributed table whose rows live in shards, which only Citus's

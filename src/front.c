@@ -9,9 +9,7 @@
  * completion leaves a dead version behind, whose index entry stays until
  * VACUUM removes it: a take marks such entries dead as it passes them,
  * but still reads their pages.  Between two vacuums, then, every take
- * walks the entries of all the messages taken since the last one.  A
- * queue pays that on every take (pgmq does too); it made the deferred
- * mode slower than pgmq, whose index entries are smaller (issue 12).
+ * walks the entries of all the messages taken since the last one.
  *
  * So shared memory keeps, per scope, a lower bound of the (due,
  * message_id) of every message a take could hand out: the front.  A take

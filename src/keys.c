@@ -168,8 +168,9 @@ inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
  * the bucket does not depend on the database's encoding: a dump restored
  * into a database of another encoding puts every entry back in the leaf
  * where claims will look for it.  (PostgreSQL's own hash partitioning
- * hashes the bytes of the server encoding, so such a restore used to route
- * a re-encoded key into another leaf, or fail that leaf's COPY.)
+ * hashes the bytes of the server encoding, so under it such a restore
+ * would route a re-encoded key into another leaf, or fail that leaf's
+ * COPY.)
  *
  * 32-bit FNV-1a, then the finalizer of MurmurHash3 so that the bits taken
  * depend on every input bit: over the scope for the leaf; over the scope,

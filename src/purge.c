@@ -478,9 +478,9 @@ purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more, const char *
 }
 
 /*
- * Step 2, for one leaf, from 1.0.0 on: one statement, inbox.purge_leaf,
- * for all the scopes, so that a round costs a few statements per leaf
- * whatever the number of scopes.
+ * Step 2, for one leaf, by the SQL of 1.0.0 and later: one statement,
+ * inbox.purge_leaf, for all the scopes, so that a round costs a few
+ * statements per leaf whatever the number of scopes.
  */
 static int64
 purge_leaf_at_once(Oid leaf, List *targets, int limit, bool *more)

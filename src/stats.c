@@ -11,11 +11,11 @@
  * than eating the shared memory that the lock table and others grow into.
  * Counters of a dropped scope go with inbox_drop_scope; those of dropped
  * databases, and of databases where the extension was dropped, are
- * reclaimed by the retention launcher's next pass.  Lookups take the lock in shared mode
- * and bump pg_atomic counters, so concurrent claims of one scope never
- * queue behind each other; only a scope's first count, and removals, take
- * it exclusively.  Nothing is written to disk: the counters start from
- * zero after every restart (documented).
+ * reclaimed by the retention launcher's next pass.  Lookups take the lock
+ * in shared mode and bump pg_atomic counters, so concurrent claims of one
+ * scope never queue behind each other; only a scope's first count, and
+ * removals, take it exclusively.  Nothing is written to disk: the counters
+ * start from zero after every restart (documented).
  *
  * Claims, duplicates and mismatches are counted when the call decides, as
  * events.  Rows purged are state, so they are counted only once the purge
@@ -395,8 +395,8 @@ inbox_stats_keep_databases(const Oid *dbids, int ndbids)
 
 /*
  * The scope counters of the current database, in the caller's result set.
- * The SQL of 1.0.0 declares seven columns (scope, claims, duplicates,
- * mismatches, purged, last_purge, failures); so did 0.3.0 and 0.4.0.
+ * The SQL of every version this library serves declares seven columns
+ * (scope, claims, duplicates, mismatches, purged, last_purge, failures).
  */
 static void
 counters(FunctionCallInfo fcinfo)
