@@ -10,6 +10,10 @@
 #   make examples     the Java and Go consumer examples and their crash test
 #   make deb, dist    the Debian package and the PGXN zip, into dist/
 
+# "make" alone builds the library: the rule below for the versioned SQL
+# script comes before PGXS's "all"
+.DEFAULT_GOAL := all
+
 EXTENSION = inbox
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
 

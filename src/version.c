@@ -8,18 +8,20 @@
  * each database keeps the SQL objects of the version it was created or
  * last updated at, until ALTER EXTENSION inbox UPDATE.  So the SQL of each
  * version binds C symbols of its own where the two must be able to
- * differ: version 1.0.0 binds inbox_claim_1_0 and its kin, 0.4.0 bound
- * inbox_claim.  The library keeps the previous release's symbols and
- * serves them as that release did, so claims never break in between.  The
+ * differ: versions 1.0.0 and later bind inbox_claim_1_0 and its kin,
+ * 0.4.0 binds inbox_claim.  The library keeps 0.4.0's symbols and serves
+ * them as 0.4.0's library does, so claims never break in between.  The
  * symbol says which SQL called; nothing is guessed from the shape of the
- * tables.
+ * tables.  A version that only adds SQL objects binds the same symbols as
+ * the one before it (1.1.0 binds 1.0.0's), and inbox_sql_served() lists
+ * every version this library serves.
  *
- * Older SQL versions (0.1.0 to 0.3.0, never released) bound the same
- * symbols as 0.4.0.  The previous release's entry points therefore check
+ * The SQL of older versions (0.1.0 to 0.3.0, never released) binds the
+ * same symbols as 0.4.0.  0.4.0's entry points therefore check
  * pg_extension.extversion, and refuse any other version with an error
- * that names both versions and the command that fixes it.  The version is
- * read once per backend and read again after any change to pg_proc, which
- * every CREATE, DROP and ALTER EXTENSION ... UPDATE makes.
+ * that names the versions served and the command that fixes it.  The
+ * version is read once per backend and read again after any change to
+ * pg_proc, which every CREATE, DROP and ALTER EXTENSION ... UPDATE makes.
  *
  * src/version.c
  *
@@ -100,8 +102,8 @@ inbox_sql_version(void)
 }
 
 /*
- * Called by the entry points that the previous release's SQL binds: refuse
- * to serve any other version, clearly.
+ * Called by the entry points that 0.4.0's SQL binds: refuse to serve any
+ * other version, clearly.
  */
 void
 inbox_require_previous_sql(void)
@@ -114,7 +116,21 @@ inbox_require_previous_sql(void)
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("inbox library %s cannot serve version %s of extension inbox",
 					INBOX_LIBRARY_VERSION, version ? version : "(none)"),
-			 errdetail("This library serves the SQL objects of versions %s and %s.",
-					   INBOX_PREVIOUS_SQL_VERSION, INBOX_LIBRARY_VERSION),
+			 errdetail("This library serves the SQL objects of version %s and of versions %s to %s.",
+					   INBOX_PREVIOUS_SQL_VERSION, INBOX_CURRENT_SQL_SINCE,
+					   INBOX_LIBRARY_VERSION),
 			 errhint("Run ALTER EXTENSION inbox UPDATE in this database.")));
+}
+
+/*
+ * Does this library serve the SQL objects of this version?  The previous
+ * release's, through the entry points it binds, and every version that
+ * binds the current entry points.
+ */
+bool
+inbox_sql_served(const char *version)
+{
+	return strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0 ||
+		strcmp(version, INBOX_CURRENT_SQL_SINCE) == 0 ||
+		strcmp(version, INBOX_LIBRARY_VERSION) == 0;
 }

@@ -326,9 +326,7 @@ extension_ready(void)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	version = inbox_sql_version();
-	ready = version != NULL &&
-		(strcmp(version, INBOX_LIBRARY_VERSION) == 0 ||
-		 strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0);
+	ready = version != NULL && inbox_sql_served(version);
 	if (version == NULL)
 		inbox_stats_forget(MyDatabaseId, NULL);
 	else if (ready && inbox_citus_worker_node())

@@ -77,19 +77,45 @@ is( $node->safe_psql('v040', q{
 		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
 		SELECT inbox_claim('b', 'm-1'), inbox_claim('b', 'm-2');
 	}),
-	"1.0.0\nf|t",
+	"1.1.0\nf|t",
 	'and keeps its history through the update');
+
+# 1.1.0 only adds SQL objects: a database still at 1.0.0 is served by the
+# same entry points, and purged by the worker, until it is updated.
+$node->sql('CREATE DATABASE v100');
+$node->safe_psql('v100', q{CREATE EXTENSION inbox VERSION '1.0.0'});
+is( $node->safe_psql('v100', q{
+		SELECT inbox_claim('b', 'm-1'), inbox_claim('b', 'm-1');
+		SELECT inbox_receive('d', 'r-1', '{}'::jsonb);
+		SELECT inbox_purge();
+	}),
+	"t|f\nt\n0",
+	'a database still at 1.0.0 is served by this library: claims, receives, purge');
 
 $log = $node->log_position;
 $node->sql('CREATE DATABASE v030');
 $node->safe_psql('v030', q{CREATE EXTENSION inbox VERSION '0.3.0'});
 ($rc, $out, $err) = $node->psql('v030', q{SELECT inbox_claim('b', 'm-1')});
-like($err, qr/inbox library 1\.0\.0 cannot serve version 0\.3\.0 of extension inbox/,
+like($err, qr/inbox library 1\.1\.0 cannot serve version 0\.3\.0 of extension inbox/,
 	'a database at 0.3.0 gets an error that names both versions');
 like($err, qr/HINT:  Run ALTER EXTENSION inbox UPDATE in this database\./, 'and what to run');
 ok( $node->wait_for_log(
-		qr/inbox purge skips database "v030": library 1\.0\.0 cannot serve version 0\.3\.0/, $log),
+		qr/inbox purge skips database "v030": library 1\.1\.0 cannot serve version 0\.3\.0/, $log),
 	'the worker skips that database, and says why in the log');
+
+# A whole pass of the worker, from one visit of v030 to the next, went
+# through v100 too
+my $pass = $node->log_position;
+ok($node->wait_for_log(qr/inbox purge skips database "v030"/, $pass), 'the worker came back to v030');
+ok(!$node->log_contains(qr/inbox purge skips database "v100"/, $log),
+	'the worker does not skip the database at 1.0.0');
+$node->safe_psql('v100', 'ALTER EXTENSION inbox UPDATE');
+is( $node->safe_psql('v100', q{
+		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
+		SELECT inbox_claim('b', 'm-1'), count(*) FROM inbox_bundles;
+	}),
+	"1.1.0\nf|26",
+	'and keeps its history through the update to 1.1.0, which adds the bundles');
 $node->safe_psql('v030', 'ALTER EXTENSION inbox UPDATE');
 is($node->safe_psql('v030', q{SELECT inbox_claim('b', 'm-1')}),
 	't', 'after the update, it is served');
