@@ -108,7 +108,12 @@ AS $$
 $$;
 
 -- Put a new object into a bundle, and grant it to the roles that hold the
--- bundle.  Update scripts call it for the objects they create.
+-- bundle.  Update scripts call it for the objects they create, after the
+-- object's own GRANTs and REVOKEs.  A GRANT run by an extension script is
+-- recorded as one of the object's initial privileges (pg_init_privs), which
+-- pg_dump leaves out: the grants to holders are the administrator's, so
+-- the object's initial privileges are put back as the script set them,
+-- and pg_dump then dumps the grants.
 CREATE FUNCTION inbox.bundle_add(p_bundle text, p_object_type text, p_object text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -116,11 +121,32 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	holder regrole;
+	object_oid oid := inbox.bundle_object_oid(p_object_type, p_object);
+	catalog oid := CASE p_object_type WHEN 'function' THEN 'pg_catalog.pg_proc'::regclass
+									  ELSE 'pg_catalog.pg_class'::regclass END;
+	init aclitem[];
+	had_init boolean;
 BEGIN
+	SELECT i.initprivs INTO init FROM pg_catalog.pg_init_privs AS i
+	 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
+	   AND i.classoid OPERATOR(pg_catalog.=) catalog
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	had_init := FOUND;
 	FOR holder IN SELECT h FROM inbox.bundle_holders(p_bundle) AS h
 	LOOP
 		EXECUTE inbox.bundle_privilege_sql(true, p_object_type, p_object, holder);
 	END LOOP;
+	IF had_init THEN
+		UPDATE pg_catalog.pg_init_privs AS i SET initprivs = init
+		 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	ELSE
+		DELETE FROM pg_catalog.pg_init_privs AS i
+		 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	END IF;
 	INSERT INTO inbox.bundle_objects (bundle, object_type, object)
 	VALUES (p_bundle, p_object_type, p_object);
 END
@@ -247,8 +273,6 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('operator', 'view', '@extschema@.inbox_forget_log'),
 	('operator', 'function', '@extschema@.inbox_requeue(text, text)');
 
--- New in 1.1.0: granted to the roles that hold the rest of its bundle
-SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_bundles');
 
 REVOKE ALL ON FUNCTION inbox.bundle_object_oid(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.bundle_holders(text) FROM PUBLIC;
@@ -260,3 +284,6 @@ REVOKE ALL ON FUNCTION inbox.inbox_revoke_bundle(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_grant_bundle(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_revoke_bundle(regrole, text) FROM PUBLIC;
 REVOKE ALL ON @extschema@.inbox_bundles FROM PUBLIC;
+
+-- New in 1.1.0: granted to the roles that hold the rest of its bundle
+SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_bundles');

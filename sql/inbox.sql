@@ -1501,8 +1501,7 @@ CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
  *
  * The table has no CHECK constraints: the C code checks every value on the
  * only path that writes, and a CHECK would cost every claim the setup of
- * its evaluation (about 20 us a statement on a small VM, more than the
- * update itself costs).  Unlike an entry's key, a stream's needs no
+ * its evaluation, which is more than the update itself costs.  Unlike an entry's key, a stream's needs no
  * bucket: a restore into another encoding only re-encodes it, and a name
  * that grows on the way is still one name.  The btree refuses any key too
  * long to index.
@@ -1729,10 +1728,11 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_disallow_forget(regrole) FROM PUBLIC;
 REVOKE ALL ON @extschema@.inbox_forget_log FROM PUBLIC;
 
 /* ------------------------------------------------------------------------
- * The deferred mode's 1.0.0 additions: receipts, waiting takes, batch and
- * delayed receives (src/deferred.c, src/wakeup.c)
+ * The deferred mode by receipt: receipts, waiting takes, batch and delayed
+ * receives (src/deferred.c, src/wakeup.c)
  *
- * They are new functions, beside those of 0.4.0 rather than in their place:
+ * They are overloads beside the forms by message id rather than new
+ * arguments of them:
  * a function whose arguments or result columns change must be dropped and
  * created again, which would drop the EXECUTE privileges administrators
  * granted on it, and a GRANT run by an update script would be recorded as
@@ -2194,7 +2194,12 @@ AS $$
 $$;
 
 -- Put a new object into a bundle, and grant it to the roles that hold the
--- bundle.  Update scripts call it for the objects they create.
+-- bundle.  Update scripts call it for the objects they create, after the
+-- object's own GRANTs and REVOKEs.  A GRANT run by an extension script is
+-- recorded as one of the object's initial privileges (pg_init_privs), which
+-- pg_dump leaves out: the grants to holders are the administrator's, so
+-- the object's initial privileges are put back as the script set them,
+-- and pg_dump then dumps the grants.
 CREATE FUNCTION inbox.bundle_add(p_bundle text, p_object_type text, p_object text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -2202,11 +2207,32 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	holder regrole;
+	object_oid oid := inbox.bundle_object_oid(p_object_type, p_object);
+	catalog oid := CASE p_object_type WHEN 'function' THEN 'pg_catalog.pg_proc'::regclass
+									  ELSE 'pg_catalog.pg_class'::regclass END;
+	init aclitem[];
+	had_init boolean;
 BEGIN
+	SELECT i.initprivs INTO init FROM pg_catalog.pg_init_privs AS i
+	 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
+	   AND i.classoid OPERATOR(pg_catalog.=) catalog
+	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	had_init := FOUND;
 	FOR holder IN SELECT h FROM inbox.bundle_holders(p_bundle) AS h
 	LOOP
 		EXECUTE inbox.bundle_privilege_sql(true, p_object_type, p_object, holder);
 	END LOOP;
+	IF had_init THEN
+		UPDATE pg_catalog.pg_init_privs AS i SET initprivs = init
+		 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	ELSE
+		DELETE FROM pg_catalog.pg_init_privs AS i
+		 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
+		   AND i.classoid OPERATOR(pg_catalog.=) catalog
+		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	END IF;
 	INSERT INTO inbox.bundle_objects (bundle, object_type, object)
 	VALUES (p_bundle, p_object_type, p_object);
 END

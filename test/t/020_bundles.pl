@@ -25,6 +25,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use InboxTest;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -315,6 +316,13 @@ is( $node->safe_psql('from_1_0', q{
 			   has_table_privilege('old_watcher', 'inbox_bundles', 'SELECT')}),
 	't|f',
 	'the update from 1.0.0 grants inbox_bundles to a role that held the rest of the operator bundle, not to others');
+# That grant is the administrator's, not one of the extension's initial
+# privileges: pg_dump keeps it
+my $dump = '';
+IPC::Run::run([ 'pg_dump', '--schema-only', '-d', $node->connstr('from_1_0') ], '>', \$dump)
+  or die 'pg_dump failed';
+like($dump, qr/GRANT SELECT ON TABLE \w+\.inbox_bundles TO old_operator;/,
+	'pg_dump dumps the grant the update gave, so that a restore keeps it');
 
 $node->stop;
 done_testing();
