@@ -1732,11 +1732,11 @@ REVOKE ALL ON @extschema@.inbox_forget_log FROM PUBLIC;
  * receives (src/deferred.c, src/wakeup.c)
  *
  * They are overloads beside the forms by message id rather than new
- * arguments of them:
- * a function whose arguments or result columns change must be dropped and
- * created again, which would drop the EXECUTE privileges administrators
- * granted on it, and a GRANT run by an update script would be recorded as
- * one of the extension's initial privileges, which pg_dump then leaves out.
+ * arguments of them: a function whose arguments or result columns change
+ * must be dropped and created again, which would drop the EXECUTE
+ * privileges administrators granted on it, and a GRANT run by an update
+ * script would be recorded as one of the extension's initial privileges,
+ * which pg_dump then leaves out.
  * ------------------------------------------------------------------------ */
 
 -- Wake the takes waiting on a scope when this transaction commits
