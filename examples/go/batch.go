@@ -116,7 +116,7 @@ func (c *BatchConsumer) claimAndApply(ctx context.Context, batch []Delivery) ([]
 		hashes[i] = hash(d.Payload)
 	}
 
-	tx, err := c.db.Begin(ctx)
+	tx, err := begin(ctx, c.db) // BEGIN, and the claim timeout for this transaction
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func (c *ClaimConsumer) handle(ctx context.Context, d Delivery) {
 // claimAndApply runs the claim and the effect in one transaction; true if
 // the effect was applied.  Any error leaves the transaction rolled back.
 func (c *ClaimConsumer) claimAndApply(ctx context.Context, d Delivery, h []byte) (bool, error) {
-	tx, err := c.db.Begin(ctx)
+	tx, err := begin(ctx, c.db) // BEGIN, and the claim timeout for this transaction
 	if err != nil {
 		return false, err
 	}

@@ -23,23 +23,42 @@ import (
 // before the delivery is nacked.
 const maxAttempts = 5
 
+// claimTimeout: wait at most this long for another consumer's uncommitted
+// claim of the same message, then IB003 (retried) instead of blocking the
+// consumer.  "0" would wait until that transaction ends.
+const claimTimeout = "2s"
+
 // connect returns a connection for one consumer, retried until the server
 // answers: a consumer that cannot reach its database has nothing better to do.
+// It sets nothing on the session: see begin.
 func connect(ctx context.Context, url string) *pgx.Conn {
 	for attempt := 1; ; attempt++ {
 		c, err := pgx.Connect(ctx, url)
 		if err == nil {
-			// Wait at most this long for another consumer's uncommitted
-			// claim of the same message, then IB003 (retried) instead of
-			// blocking the consumer.
-			if _, err = c.Exec(ctx, "SET inbox.claim_timeout = '2s'"); err == nil {
-				return c
-			}
-			c.Close(ctx)
+			return c
 		}
 		logEvent("reconnect-failed", sqlState(err))
 		time.Sleep(time.Duration(min(2000, 100*attempt)) * time.Millisecond)
 	}
+}
+
+// begin opens a transaction that claims, with its settings local to it
+// (set_config(..., true) is SET LOCAL): they end with its COMMIT or
+// ROLLBACK.  Nothing is set on the session, so this works the same behind a
+// transaction-mode pooler (PgBouncer's pool_mode = transaction), which runs
+// each transaction on whichever server session is free: a session-level SET
+// would reach only the transactions that happen to land on that session,
+// and stay behind for other clients.
+func begin(ctx context.Context, c *pgx.Conn) (pgx.Tx, error) {
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('inbox.claim_timeout', $1, true)", claimTimeout); err != nil {
+		tx.Rollback(ctx)
+		return nil, err
+	}
+	return tx, nil
 }
 
 func min(a, b int) int {

@@ -54,10 +54,7 @@ func (r *DeferredReceiver) Run(ctx context.Context) {
 func (r *DeferredReceiver) handle(ctx context.Context, d Delivery) {
 	h := hash(d.Payload)
 	for attempt := 1; ; attempt++ {
-		// One statement in autocommit: its own transaction.
-		var fresh bool
-		err := r.db.QueryRow(ctx, "SELECT inbox_receive($1, $2, $3::jsonb, $4)",
-			r.scope, d.MessageID, d.Payload, h).Scan(&fresh)
+		fresh, err := r.receive(ctx, d, h) // commits
 		if err == nil {
 			if fresh {
 				logEvent("received", d.MessageID)
@@ -96,6 +93,24 @@ func (r *DeferredReceiver) handle(ctx context.Context, d Delivery) {
 			return
 		}
 	}
+}
+
+// receive stores the delivery as pending, in a short transaction of its
+// own.  The receive claims the message id: it runs under the claim timeout
+// that begin sets for this transaction.
+func (r *DeferredReceiver) receive(ctx context.Context, d Delivery, h []byte) (bool, error) {
+	tx, err := begin(ctx, r.db)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(ctx) // a no-op once committed
+
+	var fresh bool
+	if err := tx.QueryRow(ctx, "SELECT inbox_receive($1, $2, $3::jsonb, $4)",
+		r.scope, d.MessageID, d.Payload, h).Scan(&fresh); err != nil {
+		return false, err
+	}
+	return fresh, tx.Commit(ctx)
 }
 
 type DeferredWorker struct {
@@ -202,6 +217,8 @@ func (w *DeferredWorker) process(ctx context.Context, t taken) {
 // applyAndComplete applies the effect and completes the message by its
 // receipt, in one transaction.  Any error leaves it rolled back.
 func (w *DeferredWorker) applyAndComplete(ctx context.Context, t taken) error {
+	// A plain Begin: this transaction claims nothing, so it needs no
+	// setting (inbox.claim_timeout bounds claims and receives only).
 	tx, err := w.db.Begin(ctx)
 	if err != nil {
 		return err

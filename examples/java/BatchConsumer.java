@@ -114,6 +114,7 @@ final class BatchConsumer {
             hashes[i] = Db.sha256(batch.get(i).payload());
         }
         String[] status = new String[n];
+        Db.claimSettings(db);               // opens the transaction, with the claim timeout
         Array idArray = db.createArrayOf("text", ids);
         Array hashArray = db.createArrayOf("bytea", hashes);
         try (PreparedStatement claim = db.prepareStatement(

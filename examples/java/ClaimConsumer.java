@@ -95,6 +95,7 @@ final class ClaimConsumer {
 
     /** The claim and the effect, in one transaction.  true if the effect was applied. */
     private boolean claimAndApply(Broker.Delivery d, byte[] hash) throws SQLException {
+        Db.claimSettings(db);               // opens the transaction, with the claim timeout
         boolean fresh;
         try (PreparedStatement claim = db.prepareStatement("SELECT inbox_claim(?, ?, ?)")) {
             claim.setString(1, scope);

@@ -19,25 +19,44 @@ final class Db {
     static final int MAX_ATTEMPTS = 5;
 
     /**
+     * Wait at most this long for another consumer's uncommitted claim of the
+     * same message, then IB003 (retried) instead of blocking the consumer.
+     * "0" would wait until that transaction ends.
+     */
+    static final String CLAIM_TIMEOUT = "2s";
+
+    /**
      * A connection for one consumer, retried until the server answers: a
-     * consumer that cannot reach its database has nothing better to do.
+     * consumer that cannot reach its database has nothing better to do.  It
+     * sets nothing on the session (see {@link #claimSettings}).  Autocommit
+     * is off: the driver opens a transaction at the first statement, and
+     * commit() or rollback() ends it.
      */
     static Connection connect(String url) throws InterruptedException {
         for (int attempt = 1; ; attempt++) {
             try {
                 Connection c = DriverManager.getConnection(url);
-                try (Statement st = c.createStatement()) {
-                    // Wait at most this long for another consumer's
-                    // uncommitted claim of the same message, then IB003
-                    // (retried below) instead of blocking the consumer.
-                    st.execute("SET inbox.claim_timeout = '2s'");
-                }
                 c.setAutoCommit(false);
                 return c;
             } catch (SQLException e) {
                 Log.event("reconnect-failed", e.getSQLState());
                 Thread.sleep(Math.min(2000, 100L * attempt));
             }
+        }
+    }
+
+    /**
+     * The first statement of every transaction that claims: the settings of
+     * its claims, local to it (SET LOCAL), so they end with its COMMIT or
+     * ROLLBACK.  Nothing is set on the session, so this works the same behind
+     * a transaction-mode pooler (PgBouncer's pool_mode = transaction), which
+     * runs each transaction on whichever server session is free: a
+     * session-level SET would reach only the transactions that happen to land
+     * on that session, and stay behind for other clients.
+     */
+    static void claimSettings(Connection c) throws SQLException {
+        try (Statement st = c.createStatement()) {
+            st.execute("SET LOCAL inbox.claim_timeout = '" + CLAIM_TIMEOUT + "'");
         }
     }
 

@@ -5,8 +5,8 @@
 //   delivery -> inbox_receive(scope, id, payload, hash) -> ack
 //
 // true (stored) and false (stored already: a redelivery) are both acked.
-// The receive is its own transaction (autocommit), so the broker waits only
-// for one INSERT.
+// The receive is its own short transaction, so the broker waits only for
+// one INSERT.
 
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -49,6 +49,7 @@ final class DeferredReceiver {
         for (int attempt = 1; ; attempt++) {
             try {
                 boolean fresh;
+                Db.claimSettings(db);       // the receive claims the id: under the claim timeout
                 try (PreparedStatement st = db.prepareStatement("SELECT inbox_receive(?, ?, ?::jsonb, ?)")) {
                     st.setString(1, scope);
                     st.setString(2, d.messageId());

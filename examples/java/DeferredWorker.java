@@ -76,6 +76,9 @@ final class DeferredWorker {
     private void process(Taken t) throws InterruptedException {
         for (int attempt = 1; ; attempt++) {
             try {
+                // No Db.claimSettings: this transaction claims nothing, so it
+                // needs no setting (inbox.claim_timeout bounds claims and
+                // receives only).
                 try (PreparedStatement effect = db.prepareStatement("""
                         INSERT INTO invoices (scope, message_id, amount, consumer)
                         VALUES (?, ?, (?::jsonb ->> 'amount')::numeric, 'deferred')""")) {

@@ -47,7 +47,7 @@ async function processBatch(db, batch) {
         }
         ex.log(`uncertain commit of a batch of ${ids.length}: not committed, processing again`);
       }
-      await client.query('BEGIN');
+      await ex.begin(client); // BEGIN, and the claim timeout for this transaction
       const statuses = new Array(ids.length);
       const { rows } = await client.query(CLAIM_MANY, [ex.SCOPE, ids, hashes]);
       for (const r of rows) statuses[r.ordinality - 1] = r.status;

@@ -81,7 +81,6 @@ class Database {
       client.on('error', (e) => log(`database connection error: ${e.message}`));
       try {
         await client.connect();
-        await client.query("SELECT set_config('inbox.claim_timeout', $1, false)", [String(CLAIM_TIMEOUT_MS)]);
         return client;
       } catch (e) {
         log(`cannot connect to the database (${e.message}); retrying`);
@@ -113,6 +112,19 @@ class Database {
       this.forget();
     }
   }
+}
+
+// BEGIN, then the settings of a transaction that claims, local to it
+// (set_config(..., true) is SET LOCAL): they end with its COMMIT or ROLLBACK.
+// Nothing is set on the session, so this works the same behind a
+// transaction-mode pooler (PgBouncer's pool_mode = transaction), which runs
+// each transaction on whichever server session is free: a session-level SET
+// would reach only the transactions that happen to land on that session,
+// and stay behind for other clients.  CLAIM_TIMEOUT_MS 0 makes the claim
+// wait until the other transaction ends (or lock_timeout expires).
+async function begin(client) {
+  await client.query('BEGIN');
+  await client.query("SELECT set_config('inbox.claim_timeout', $1, true)", [String(CLAIM_TIMEOUT_MS)]);
 }
 
 // Programming errors are not database outcomes: let them crash.
@@ -149,7 +161,7 @@ async function deliver(db, messageId, digest, work) {
         // there is exactly one effect either way.
         log(`uncertain commit of ${messageId}: not committed, processing again`);
       }
-      await client.query('BEGIN');
+      await begin(client);
       const fresh = await work(client);
       await faultPoint('before-commit', db, fresh);
       await client.query('COMMIT');
@@ -267,6 +279,6 @@ async function faultPoint(point, db, applied = true) {
 
 module.exports = {
   AMQP_URL, QUEUE, DEAD_QUEUE, SCOPE, MAX_TRIES, RETRY_SQLSTATES, APPLY_INVOICE,
-  log, sha256, backoff, sleep, Database, isBug, deliver, answerBroker, brokerChannel,
+  log, sha256, backoff, sleep, Database, begin, isBug, deliver, answerBroker, brokerChannel,
   declareQueues, onStop, fatal, faultPoint, isStopping: () => stopping,
 };

@@ -54,6 +54,8 @@ async function complete(db, { message_id: messageId, payload, receipt }) {
         // IB004 if it committed after all.
         ex.log(`uncertain commit of ${messageId}: not committed, processing again`);
       }
+      // A plain BEGIN: this transaction claims nothing, so it needs no
+      // setting (inbox.claim_timeout bounds claims and receives only).
       await client.query('BEGIN');
       await client.query(ex.APPLY_INVOICE, [messageId, Buffer.from(payload), db.appliedBy]);
       await client.query('SELECT inbox_complete($1, $2::uuid)', [ex.SCOPE, receipt]);

@@ -14,7 +14,8 @@ import psycopg
 
 import consumer
 from inbox_example import (APPLY_INVOICE, MAX_TRIES, QUEUE, RETRY_SQLSTATES, SCOPE, Database,
-                           Stop, answer_broker, backoff, broker_channel, fault_point, log, sha256)
+                           Stop, answer_broker, backoff, begin, broker_channel, fault_point, log,
+                           sha256)
 
 BATCH_SIZE = int(os.environ.get("BATCH_SIZE", "50"))
 # How long to wait for more messages before a partial batch goes.
@@ -53,6 +54,7 @@ def process_batch(db, batch):
                     log(f"uncertain commit of a batch of {len(ids)}: it committed, acking")
                     return ["duplicate"] * len(ids)
                 log(f"uncertain commit of a batch of {len(ids)}: not committed, processing again")
+            begin(conn)     # the claim timeout, for this transaction only
             statuses = [None] * len(ids)
             for ordinality, status in conn.execute(CLAIM_MANY, (SCOPE, ids, hashes)):
                 statuses[ordinality - 1] = status

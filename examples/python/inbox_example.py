@@ -94,11 +94,7 @@ class Database:
             try:
                 # psycopg runs every statement in a transaction that only
                 # commit() or rollback() ends: what this code wants.
-                conn = psycopg.connect(application_name=self.name)
-                conn.execute("SELECT set_config('inbox.claim_timeout', %s, false)",
-                             (str(CLAIM_TIMEOUT_MS),))
-                conn.commit()
-                return conn
+                return psycopg.connect(application_name=self.name)
             except psycopg.OperationalError as e:
                 log(f"cannot connect to the database ({e}); retrying")
                 backoff(attempt)
@@ -128,6 +124,21 @@ class Database:
                 self._conn.rollback()
         except psycopg.Error:
             self.forget()
+
+
+def begin(conn):
+    """Start a transaction that claims.  Its first statement sets the claim
+    timeout, local to the transaction (set_config(..., true) is SET LOCAL),
+    and psycopg's implicit BEGIN opens the transaction with it: call it only
+    when none is open (on a new connection, after commit() or rollback()).
+    The setting ends with the COMMIT or ROLLBACK.  Nothing is set on the
+    session, so this works the same behind a transaction-mode pooler
+    (PgBouncer's pool_mode = transaction), which runs each transaction on
+    whichever server session is free: a session-level SET would reach only
+    the transactions that happen to land on that session, and stay behind
+    for other clients.  CLAIM_TIMEOUT_MS 0 makes the claim wait until the
+    other transaction ends (or lock_timeout expires)."""
+    conn.execute("SELECT set_config('inbox.claim_timeout', %s, true)", (str(CLAIM_TIMEOUT_MS),))
 
 
 def deliver(db, message_id, digest, work):
@@ -162,6 +173,7 @@ def deliver(db, message_id, digest, work):
                 # if the old transaction is still running, the claim waits
                 # for it, so there is exactly one effect either way.
                 log(f"uncertain commit of {message_id}: not committed, processing again")
+            begin(conn)
             fresh = work(conn)
             fault_point("before-commit", db, fresh)
             conn.commit()

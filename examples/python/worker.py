@@ -61,6 +61,8 @@ def complete(db, message_id, payload, receipt):
                 # transaction is still running, this waits for it, then
                 # fails with IB004 if it committed after all.
                 log(f"uncertain commit of {message_id}: not committed, processing again")
+            # No begin(): this transaction claims nothing, so it needs no
+            # setting (inbox.claim_timeout bounds claims and receives only).
             conn.execute(APPLY_INVOICE, {"id": message_id, "body": payload.encode(),
                                          "by": db.applied_by})
             conn.execute("SELECT inbox_complete(%s, %s::uuid)", (SCOPE, receipt))

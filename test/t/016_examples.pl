@@ -24,12 +24,15 @@
 #     COMMIT (mid-transaction), after COMMIT before the ack, after a poll
 #     with messages in hand; and the database connection dropped before
 #     COMMIT and after COMMIT, which the README's uncertain-commit procedure
-#     must sort out ("it committed" is asserted per stream; "not committed,
-#     processing again" per language, since a copy of the same message that
-#     another consumer committed meanwhile rightly turns the first into the
-#     second);
-#   - random SIGKILLs of consumers and pg_terminate_backend of their
-#     backends; every dead consumer is restarted;
+#     must sort out: after a drop, a consumer runs that check before
+#     anything else, or shows no check and was SIGKILLed first ("it
+#     committed" is asserted per claim and deferred stream; "not
+#     committed, processing again" per language, since a copy of the same
+#     message that another consumer committed meanwhile rightly turns the
+#     first into the second);
+#   - random SIGKILLs of consumers (but not of one between a dropped
+#     connection and its uncertain-commit check) and pg_terminate_backend
+#     of their backends; every dead consumer is restarted;
 #   - the claim streams find their first invoice claimed by an open
 #     transaction of the test: their claim times out (inbox.claim_timeout,
 #     IB003) and is retried until the test rolls back, then applies it.  The
@@ -53,6 +56,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use InboxTest;
+use File::Basename qw(basename);
 use IO::Socket::INET;
 use IPC::Run;
 use POSIX qw(WNOHANG WIFSIGNALED WTERMSIG WIFEXITED WEXITSTATUS);
@@ -285,6 +289,7 @@ $node->sql("SELECT inbox_set_max_attempts('$_->{name}', 60)") for grep { $_->{mo
 # --- processes -----------------------------------------------------------------------
 
 my @unexpected;      # consumer exits other than ours
+my %wait_status;     # of each consumer process that ended, by its log file
 my %stats = (test_kills => 0, terminations => 0);
 
 sub fault_fired
@@ -323,6 +328,7 @@ sub reap
 		next unless $s->{pid} && waitpid($s->{pid}, WNOHANG) > 0;
 		my $status = $?;
 		$s->{pid} = undef;
+		$wait_status{ $s->{log} } = $status;
 		next if WIFSIGNALED($status) && WTERMSIG($status) == 9;    # ours, or its fault hook
 		next if $stopping && WIFEXITED($status) && WEXITSTATUS($status) == 0;
 		push @unexpected, "$s->{name} (start $s->{starts}) ended with wait status $status: "
@@ -364,6 +370,16 @@ sub logs_of
 # injected fault already fired, or end a random consumer's backend.
 my ($next_kill, $next_terminate) = (time + 1, time + 1.5);
 
+# True while a consumer is between its dropped connection and the
+# uncertain-commit check that follows (its log is one process's)
+sub awaits_check
+{
+	my ($s) = @_;
+	return 0 unless -f $s->{log};
+	my $log = PostgreSQL::Test::Utils::slurp_file($s->{log});
+	return $log =~ /.*fault injected: drop(.*)\z/s && $1 !~ /uncertain commit of /;
+}
+
 sub chaos
 {
 	# Not before the held claims did their work: a consumer killed while it
@@ -371,7 +387,11 @@ sub chaos
 	return unless held_claims_done();
 	if (time >= $next_kill && $stats{test_kills} < 25)
 	{
-		my @victims = grep { $_->{pid} && fault_fired($_) } values %slots;
+		# Nor one that has yet to report the uncertain-commit check after its
+		# dropped connection: the checks below count on these reports.  (The
+		# check of each drop still allows for a kill there, in the moment
+		# between reading the log and the kill.)
+		my @victims = grep { $_->{pid} && fault_fired($_) && !awaits_check($_) } values %slots;
 		# A slot whose fault fired without killing it (a dropped
 		# connection) gets its next fault at its next start.
 		my @due = grep { @{ $_->{specs} } } @victims;
@@ -430,6 +450,7 @@ sub stop_consumers
 		push @unexpected, "$s->{name} did not stop within 30 s of SIGTERM";
 		kill 'KILL', $s->{pid};
 		waitpid($s->{pid}, 0);
+		$wait_status{ $s->{log} } = $?;
 		$s->{pid} = undef;
 	}
 }
@@ -665,11 +686,10 @@ for my $stream (@streams)
 		like($logs, qr/uncertain commit of .*: it committed/,
 			"$name: after a connection lost past COMMIT, the status showed it committed");
 	}
-	# Each consumer that lost its connection and went on working checked
-	# first; one the test killed right after the drop never got the chance.
-	# Lines are "[pid] ...", one log file per consumer process.
-	my @unchecked;
-	for my $file (glob("$logdir/$name-*.log"))
+	# After each dropped connection the consumer's next step is the
+	# uncertain-commit check (see drop_followup): none may go on without it.
+	my ($checked, @unchecked) = (0);
+	for my $file (sort glob("$logdir/$name-*.log"))
 	{
 		my @lines = split /\n/, PostgreSQL::Test::Utils::slurp_file($file);
 		for my $i (0 .. $#lines)
@@ -677,15 +697,69 @@ for my $stream (@streams)
 			next unless $lines[$i] =~ /^\[(\d+)\] fault injected: drop/;
 			my $pid = $1;
 			my @after = grep { /^\[$pid\] / } @lines[ $i + 1 .. $#lines ];
-			push @unchecked, $lines[$i]
-			  if @after && !grep { /uncertain commit of .*: (it committed|not committed)/ } @after;
+			my ($verdict, $why) = drop_followup(\@after, $wait_status{$file});
+			$checked++ if $verdict eq 'checked';
+			push @unchecked, "$file: $lines[$i]: $why" if $verdict eq 'unchecked';
+			note("$name: SIGKILLed after a drop, before its check: "
+				  . join(' | ', $lines[$i], @after) . ' (' . basename($file) . ')')
+			  if $verdict eq 'killed';
 		}
 	}
 	is(scalar(@unchecked), 0,
-		"$name: each consumer that went on after a dropped connection went through the uncertain-commit check")
+		"$name: each consumer that went on after a dropped connection went through the uncertain-commit check first")
 	  or diag(join "\n", @unchecked);
+	# Not vacuous: the chaos spares a consumer that awaits its check.
+	cmp_ok($checked, '>', 0, "$name: a dropped connection was followed by the uncertain-commit check ($checked)");
 	my $injected = () = $logs =~ /fault injected:/g;
 	is($injected, $stream->{planned}, "$name: each planned fault fired once ($stream->{planned})");
+}
+
+# What a consumer process logged after a "fault injected: drop" line (its
+# lines after it, "[pid] " first) and how it ended (its wait status, undef
+# if it did not end) -> ('checked' | 'killed' | 'unchecked', why).
+#
+# The drop fails the step in hand with a lost connection: the consumer
+# reports it at once, "database connection lost while processing <id>" (or
+# "a batch"), backs off and reconnects, and then runs the README's
+# uncertain-commit check for that message or batch before anything else:
+# "uncertain commit of <id>: it committed" or "...: not committed,
+# processing again" ("a batch of <n>" for a batch).  Until the check, it
+# may report only that: the same lost connection again (the test ends
+# backends too), a failed connection attempt, or node-postgres's error
+# event on a connection the server ended.  Any other line first means that
+# it went on without the check.  A consumer whose log ends before the check
+# must have been SIGKILLed before it could run it (the test's chaos spares
+# a consumer that awaits its check, but may read its log just before the
+# drop); one that ended otherwise (cleanly on SIGTERM, say) or did not end
+# never ran it.
+sub drop_followup
+{
+	my ($after, $status) = @_;
+	my $subject;    # the message or batch in hand
+	for my $line (@$after)
+	{
+		(my $text = $line) =~ s/^\[\d+\] //;
+		if ($text =~ /^database connection lost while processing (.+?): /)
+		{
+			return ('unchecked', "the lost connection of $subject, then: $line")
+			  if defined $subject && $1 ne $subject;
+			$subject = $1;
+			next;
+		}
+		return ('unchecked', "the first line after the drop is not the lost connection: $line")
+		  unless defined $subject;
+		next if $text =~ /^(cannot connect to the database |database connection error: )/;
+		if ($text =~ /^uncertain commit of (.+?): (it committed|not committed)/)
+		{
+			my $of = $1;
+			return ('checked', '') if $of eq $subject || $of =~ /^\Q$subject\E of \d+$/;
+		}
+		return ('unchecked', "went on before the uncertain-commit check of $subject: $line");
+	}
+	return ('killed', '') if defined $status && WIFSIGNALED($status) && WTERMSIG($status) == 9;
+	return ('unchecked',
+		'no uncertain-commit check, and the consumer '
+		  . (defined $status ? "ended with wait status $status, not SIGKILL" : 'did not end'));
 }
 
 for my $lang (qw(python node))
