@@ -65,7 +65,7 @@ sql "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, message_id text NOT NULL
 	 SELECT 'hand-' || g, jsonb_build_object('amount', g) FROM generate_series(1, $def_backlog) g" >/dev/null
 # pgmq, where it is installed (it is not packaged for Debian: install its
 # SQL files from its source with PGXS), with the same backlog and payloads:
-# the queue issue 12 compares the deferred mode with.  Nothing of pgmq is
+# the queue the deferred mode is compared with.  Nothing of pgmq is
 # part of this project.
 have_pgmq=$(sql "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgmq'")
 if [ "$have_pgmq" = 1 ]; then

@@ -1,6 +1,6 @@
 -- test/bench/pgmq_one.sql
 --
--- work_one.sql as a pgmq user writes it (issue 12's reference): read one
+-- work_one.sql as a pgmq user writes it (the reference of the deferred mode): read one
 -- message under a 30 s visibility timeout, apply the effect, delete it,
 -- all in one transaction.  Runs only where pgmq is installed.
 BEGIN;

@@ -1,6 +1,6 @@
 -- test/bench/queue_hand.sql
 --
--- The queue users write by hand (issue 12's reference): take the oldest
+-- The queue users write by hand (the reference of the deferred mode): take the oldest
 -- message with SKIP LOCKED and delete it, apply the effect, all in one
 -- transaction.  No deduplication, no attempts, no dead letters, no
 -- stored result: the floor a deferred take is compared with.
