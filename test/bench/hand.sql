@@ -1,6 +1,6 @@
 -- test/bench/hand.sql
 --
--- Variant (h): the inbox users copy from a blog, exactly as it is written
+-- Variant (h): the inbox users copy from a blog, as they write
 -- it: an unpartitioned table, one statement that inserts and checks the
 -- hash, then the business INSERT.  The hash is a constant, as in (c2).
 \set id :base + random(1, :span)

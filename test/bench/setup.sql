@@ -43,7 +43,7 @@ CREATE INDEX handmade_inbox_scope_received_at ON handmade_inbox (scope, received
 CREATE TABLE handmade_inbox_flat (LIKE handmade_inbox INCLUDING ALL);
 
 /*
- * (h), (h1), (hb): the inbox as users copy it, exactly as it is written
+ * (h), (h1), (hb): the inbox as users copy it, as they write
  * it: unpartitioned, no checks, the key and an index for retention.
  */
 CREATE TABLE hand_inbox (scope text COLLATE "C" NOT NULL, message_id text COLLATE "C" NOT NULL,
