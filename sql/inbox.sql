@@ -2210,28 +2210,19 @@ DECLARE
 	object_oid oid := inbox.bundle_object_oid(p_object_type, p_object);
 	catalog oid := CASE p_object_type WHEN 'function' THEN 'pg_catalog.pg_proc'::regclass
 									  ELSE 'pg_catalog.pg_class'::regclass END;
-	init aclitem[];
-	had_init boolean;
+	init pg_catalog.pg_init_privs;
 BEGIN
-	SELECT i.initprivs INTO init FROM pg_catalog.pg_init_privs AS i
-	 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
-	   AND i.classoid OPERATOR(pg_catalog.=) catalog
-	   AND i.objsubid OPERATOR(pg_catalog.=) 0;
-	had_init := FOUND;
+	SELECT i.* INTO init FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) OPERATOR(pg_catalog.=) (object_oid, catalog, 0);
 	FOR holder IN SELECT h FROM inbox.bundle_holders(p_bundle) AS h
 	LOOP
 		EXECUTE inbox.bundle_privilege_sql(true, p_object_type, p_object, holder);
 	END LOOP;
-	IF had_init THEN
-		UPDATE pg_catalog.pg_init_privs AS i SET initprivs = init
-		 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
-		   AND i.classoid OPERATOR(pg_catalog.=) catalog
-		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
-	ELSE
-		DELETE FROM pg_catalog.pg_init_privs AS i
-		 WHERE i.objoid OPERATOR(pg_catalog.=) object_oid
-		   AND i.classoid OPERATOR(pg_catalog.=) catalog
-		   AND i.objsubid OPERATOR(pg_catalog.=) 0;
+	-- The initial privileges as they were before the grants: none, or the row
+	DELETE FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) OPERATOR(pg_catalog.=) (object_oid, catalog, 0);
+	IF init.objoid IS NOT NULL THEN
+		INSERT INTO pg_catalog.pg_init_privs VALUES (init.*);
 	END IF;
 	INSERT INTO inbox.bundle_objects (bundle, object_type, object)
 	VALUES (p_bundle, p_object_type, p_object);

@@ -123,9 +123,9 @@ inbox_require_previous_sql(void)
 }
 
 /*
- * Does this library serve the SQL objects of this version?  The previous
- * release's, through the entry points it binds, and every version that
- * binds the current entry points.
+ * Does this library serve the SQL objects of this version?  0.4.0's,
+ * through the entry points it binds, and every version that binds the
+ * current entry points.
  */
 bool
 inbox_sql_served(const char *version)
