@@ -20,23 +20,27 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
 MODULE_big = inbox
 OBJS = \
 	src/inbox.o \
-	src/version.o \
-	src/keys.o \
+	src/access.o \
+	src/worker.o \
+	src/compat_0_4.o \
+	src/claim_many.o \
 	src/claim.o \
-	src/direct.o \
+	src/deferred.o \
 	src/offsets.o \
 	src/forget.o \
-	src/access.o \
+	src/purge.o \
+	src/guard.o \
+	src/events.o \
+	src/conflicts.o \
+	src/direct.o \
 	src/session.o \
 	src/front.o \
-	src/deferred.o \
 	src/wakeup.o \
-	src/purge.o \
-	src/worker.o \
 	src/stats.o \
-	src/admin.o \
-	src/guard.o \
-	src/distributed.o
+	src/distributed.o \
+	src/spi.o \
+	src/keys.o \
+	src/version.o
 
 # sql/inbox.sql is the one hand-written definition of the current version;
 # the build copies it to the versioned name CREATE EXTENSION looks for (git

@@ -49,10 +49,11 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
@@ -66,11 +67,12 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
-#include "access.h"
 #include "claim.h"
 #include "compat.h"
+#include "forget.h"
 #include "inbox.h"
 #include "keys.h"
+#include "spi.h"
 #include "version.h"
 
 PG_FUNCTION_INFO_V1(inbox_enter_scope);
@@ -80,13 +82,13 @@ PG_FUNCTION_INFO_V1(inbox_scope_grants_changed);
 PG_FUNCTION_INFO_V1(inbox_scope_visible);
 
 /* What an entry point keeps between calls, in its FmgrInfo's fn_extra */
-typedef struct InboxEntry
+typedef struct EntryPoint
 {
 	FmgrInfo	impl;			/* the implementation in schema inbox */
 	char	   *name;			/* the function's name, for messages */
 	Oid			owner;			/* the implementation's owner */
 	bool		direct_claim;	/* inbox_claim of this release: see below */
-} InboxEntry;
+} EntryPoint;
 
 /* One scope that has grants, and the roles granted it */
 typedef struct ScopeGrants
@@ -174,8 +176,7 @@ as_owner_begin(AsOwner *as, Oid owner)
 	(void) set_config_option("search_path", "pg_catalog, pg_temp",
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 }
 
 static void
@@ -389,19 +390,43 @@ check_admin(const char *name)
 }
 
 /*
+ * Whether the function of proctup runs inbox_claim_1_0, the claim that the
+ * entry point may decide itself (see inbox_enter_scope): judged by the C
+ * function its library symbol resolves to, not by its name.
+ */
+static bool
+runs_claim(HeapTuple proctup)
+{
+	Form_pg_proc proc = (Form_pg_proc) GETSTRUCT(proctup);
+	Datum		prosrc;
+	Datum		probin;
+	bool		isnull;
+
+	if (proc->prolang != ClanguageId)
+		return false;
+	prosrc = SysCacheGetAttr(PROCOID, proctup, Anum_pg_proc_prosrc, &isnull);
+	if (isnull)
+		return false;
+	probin = SysCacheGetAttr(PROCOID, proctup, Anum_pg_proc_probin, &isnull);
+	if (isnull)
+		return false;
+	return load_external_function(TextDatumGetCString(probin), TextDatumGetCString(prosrc),
+								  false, NULL) == (void *) inbox_claim_1_0;
+}
+
+/*
  * Find this entry point's implementation: the function of the same name
  * and argument types in schema inbox.
  */
-static InboxEntry *
+static EntryPoint *
 entry_for(FunctionCallInfo fcinfo)
 {
 	FmgrInfo   *flinfo = fcinfo->flinfo;
-	InboxEntry *entry = (InboxEntry *) flinfo->fn_extra;
+	EntryPoint *entry = (EntryPoint *) flinfo->fn_extra;
 	HeapTuple	proctup;
 	HeapTuple	impltup;
 	Form_pg_proc proc;
 	Oid			impl;
-	bool		isnull;
 
 	if (entry != NULL)
 		return entry;
@@ -420,16 +445,14 @@ entry_for(FunctionCallInfo fcinfo)
 							  PointerGetDatum(&proc->proargtypes),
 							  ObjectIdGetDatum(get_namespace_oid("inbox", false)));
 	impl = InvalidOid;
-	entry = MemoryContextAllocZero(flinfo->fn_mcxt, sizeof(InboxEntry));
+	entry = MemoryContextAllocZero(flinfo->fn_mcxt, sizeof(EntryPoint));
 	if (HeapTupleIsValid(impltup))
 	{
 		Form_pg_proc implproc = (Form_pg_proc) GETSTRUCT(impltup);
-		Datum		prosrc = SysCacheGetAttr(PROCOID, impltup, Anum_pg_proc_prosrc, &isnull);
 
 		impl = implproc->oid;
 		entry->owner = implproc->proowner;
-		entry->direct_claim = implproc->prosecdef && !isnull &&
-			strcmp(TextDatumGetCString(prosrc), "inbox_claim_1_0") == 0;
+		entry->direct_claim = implproc->prosecdef && runs_claim(impltup);
 		ReleaseSysCache(impltup);
 	}
 	if (!OidIsValid(impl))
@@ -460,7 +483,7 @@ entry_for(FunctionCallInfo fcinfo)
  * ReturnSetInfo) and collation.
  */
 static Datum
-call_impl(FunctionCallInfo fcinfo, InboxEntry *entry)
+call_impl(FunctionCallInfo fcinfo, EntryPoint *entry)
 {
 	LOCAL_FCINFO(inner, FUNC_MAX_ARGS);
 	Datum		result;
@@ -490,7 +513,7 @@ call_impl(FunctionCallInfo fcinfo, InboxEntry *entry)
 Datum
 inbox_enter_scope(PG_FUNCTION_ARGS)
 {
-	InboxEntry *entry = entry_for(fcinfo);
+	EntryPoint *entry = entry_for(fcinfo);
 
 	check_scope(fcinfo);
 	/* fmgr_hook (sepgsql) must see the switch to the owner: the implementation's */
@@ -515,7 +538,7 @@ inbox_enter_scope(PG_FUNCTION_ARGS)
 Datum
 inbox_enter_admin(PG_FUNCTION_ARGS)
 {
-	InboxEntry *entry = entry_for(fcinfo);
+	EntryPoint *entry = entry_for(fcinfo);
 
 	check_admin(entry->name);
 	return call_impl(fcinfo, entry);
@@ -564,16 +587,6 @@ inbox_scope_grants_changed(PG_FUNCTION_ARGS)
  * ------------------------------------------------------------------------
  */
 
-/* The role that called the running inbox_forget* entry point */
-static Oid	forget_caller = InvalidOid;
-
-Oid
-inbox_forget_caller(void)
-{
-	/* A direct call of the implementation (its owner only) is the owner's */
-	return OidIsValid(forget_caller) ? forget_caller : GetUserId();
-}
-
 /* Whether caller may forget: the owner's privileges, or an allowed role's */
 static bool
 forget_allowed(Oid caller)
@@ -618,9 +631,9 @@ forget_allowed(Oid caller)
 Datum
 inbox_enter_forget(PG_FUNCTION_ARGS)
 {
-	InboxEntry *entry = entry_for(fcinfo);
+	EntryPoint *entry = entry_for(fcinfo);
 	Oid			caller = GetUserId();
-	Oid			outer = forget_caller;
+	Oid			outer;
 	volatile Datum result = (Datum) 0;
 
 	check_scope(fcinfo);
@@ -634,14 +647,14 @@ inbox_enter_forget(PG_FUNCTION_ARGS)
 				 errhint("EXECUTE on the function is not enough. The extension's owner allows a role "
 						 "with inbox_allow_forget(role).")));
 
-	forget_caller = caller;
+	outer = inbox_forget_set_caller(caller);
 	PG_TRY();
 	{
 		result = call_impl(fcinfo, entry);
 	}
 	PG_FINALLY();
 	{
-		forget_caller = outer;
+		(void) inbox_forget_set_caller(outer);
 	}
 	PG_END_TRY();
 	return result;

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * claim.h
- *	  The claim path: inbox_claim, inbox_receive and inbox_status.
+ *	  The claim path: inbox_claim, inbox_receive and inbox_status, for the
+ *	  entry points that call them (access.c, compat_0_4.c).
  *
  * src/claim.h
  *
@@ -10,15 +11,14 @@
 #ifndef INBOX_CLAIM_H
 #define INBOX_CLAIM_H
 
-#include "executor/spi.h"
+#include "fmgr.h"
 
-extern void claim_init(void);
-extern bool inbox_on_duplicate_raises(void);
+extern PGDLLEXPORT Datum inbox_claim_1_0(PG_FUNCTION_ARGS);
 extern bool inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed);
-extern SPIPlanPtr inbox_keep_plan(const char *sql, int nargs, Oid *argtypes,
-								  int cursor_options);
-extern SPIPlanPtr inbox_plan(SPIPlanPtr *slot, const char *sql, int nargs, Oid *argtypes);
-extern int	inbox_execute_bounded(SPIPlanPtr plan, Datum *values, const char *nulls,
-								  const text *scope, const text *key, const char *kind);
+
+/* legacy: the SQL of 0.4.0, whose table has no bucket (compat_0_4.c) */
+extern Datum inbox_claim_call(FunctionCallInfo fcinfo, bool legacy);
+extern Datum inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy);
+extern Datum inbox_status_call(FunctionCallInfo fcinfo, bool legacy);
 
 #endif							/* INBOX_CLAIM_H */

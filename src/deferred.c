@@ -57,7 +57,6 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -68,15 +67,16 @@
 #include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
-#include "claim.h"
 #include "compat.h"
 #include "deferred.h"
 #include "direct.h"
+#include "events.h"
 #include "distributed.h"
 #include "front.h"
 #include "inbox.h"
 #include "keys.h"
 #include "session.h"
+#include "spi.h"
 #include "wakeup.h"
 
 PG_FUNCTION_INFO_V1(inbox_take_1_0);
@@ -125,7 +125,7 @@ static SPIPlanPtr refuse_extend_plan = NULL;
 
 /*
  * The statements, each on the leaf that holds the scope's entries (%d):
- * a scope lives in one leaf (inbox.h), so a take reads one open-messages
+ * a scope lives in one leaf (entries.h), so a take reads one open-messages
  * index, in its order, and never merges leaves.
  */
 typedef enum DeferredLeafPlan
@@ -143,73 +143,89 @@ typedef enum DeferredLeafPlan
 	DEFERRED_LEAF_PLANS
 } DeferredLeafPlan;
 
-static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_LEAVES];
-
-static const char *const leaf_sql[DEFERRED_LEAF_PLANS] = {
-	[LEAF_CANDIDATES] =
-	"SELECT message_id, state, attempts, payload, payload_bytes, received_at, due "
-	"FROM inbox.entries_p%d "
-	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND (due, message_id) >= ($4, $5) AND due <= $2 "
-	"AND (state = 'p' OR lease_until < $2 "
-	"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
-	"ORDER BY due, message_id "
-	"LIMIT $3 "
-	"FOR UPDATE SKIP LOCKED",
-	[LEAF_HELD] =
-	"SELECT 1 FROM inbox.entries_p%d "
-	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
-	"LIMIT 1",
-	[LEAF_NEXT_DUE] =
-	"SELECT due FROM inbox.entries_p%d "
-	"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due > $2 "
-	"ORDER BY due LIMIT 1",
+static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
+	[LEAF_CANDIDATES] = {
+		"candidates",
+		"SELECT message_id, state, attempts, payload, payload_bytes, received_at, due "
+		"FROM inbox.entries_p%d "
+		"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND (due, message_id) >= ($4, $5) AND due <= $2 "
+		"AND (state = 'p' OR lease_until < $2 "
+		"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
+		"ORDER BY due, message_id "
+		"LIMIT $3 "
+		"FOR UPDATE SKIP LOCKED",
+		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
+	},
+	[LEAF_HELD] = {
+		"held",
+		"SELECT 1 FROM inbox.entries_p%d "
+		"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
+		"LIMIT 1",
+		{TEXTOID, TIMESTAMPTZOID}
+	},
+	[LEAF_NEXT_DUE] = {
+		"next due",
+		"SELECT due FROM inbox.entries_p%d "
+		"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due > $2 "
+		"ORDER BY due LIMIT 1",
+		{TEXTOID, TIMESTAMPTZOID}
+	},
 	/* $2 the ids, $6 their receipts in the same order, or NULL */
-	[LEAF_TAKE] =
-	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
-	"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
-	"receipt = $6[pg_catalog.array_position($2, message_id)] "
-	"WHERE scope = $1 AND message_id = ANY ($2)",
-	[LEAF_TAKE_ONE] =
-	"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
-	"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
-	"receipt = $6 "
-	"WHERE scope = $1 AND message_id = $2",
-	[LEAF_DIE] =
-	"UPDATE inbox.entries_p%d SET state = 'x', owner_session = NULL, lease_until = NULL, "
-	"due = NULL, receipt = NULL, taken_at = $3, finished_at = $3, "
-	"last_error = COALESCE(last_error, 'worker lost during the last allowed attempt') "
-	"WHERE scope = $1 AND message_id = $2",
-	[LEAF_COMPLETE] =
-	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
-	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-	"WHERE scope = $1 AND message_id = $2 AND state = 'r' AND owner_session = $4",
-	[LEAF_COMPLETE_RECEIPT] =
-	"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
-	"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-	"WHERE receipt = $2 AND scope = $1 AND state = 'r'",
+	[LEAF_TAKE] = {
+		"take",
+		"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
+		"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
+		"receipt = $6[pg_catalog.array_position($2, message_id)] "
+		"WHERE scope = $1 AND message_id = ANY ($2)",
+		{TEXTOID, TEXTARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDARRAYOID, TIMESTAMPTZOID}
+	},
+	[LEAF_TAKE_ONE] = {
+		"take one",
+		"UPDATE inbox.entries_p%d SET state = 'r', attempts = COALESCE(attempts, 0) + 1, "
+		"owner_session = $3, taken_at = $4, lease_until = $5, due = $7, "
+		"receipt = $6 "
+		"WHERE scope = $1 AND message_id = $2",
+		{TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID}
+	},
+	[LEAF_DIE] = {
+		"die",
+		"UPDATE inbox.entries_p%d SET state = 'x', owner_session = NULL, lease_until = NULL, "
+		"due = NULL, receipt = NULL, taken_at = $3, finished_at = $3, "
+		"last_error = COALESCE(last_error, 'worker lost during the last allowed attempt') "
+		"WHERE scope = $1 AND message_id = $2",
+		{TEXTOID, TEXTOID, TIMESTAMPTZOID}
+	},
+	[LEAF_COMPLETE] = {
+		"complete",
+		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
+		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
+		"WHERE scope = $1 AND message_id = $2 AND state = 'r' AND owner_session = $4",
+		{TEXTOID, TEXTOID, JSONBOID, INT8OID}
+	},
+	[LEAF_COMPLETE_RECEIPT] = {
+		"complete by receipt",
+		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
+		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
+		"WHERE receipt = $2 AND scope = $1 AND state = 'r'",
+		{TEXTOID, UUIDOID, JSONBOID}
+	},
 	/* A message taken without a lease stays due from its take */
-	[LEAF_EXTEND_RECEIPT] =
-	"UPDATE inbox.entries_p%d SET lease_until = $3, "
-	"due = CASE WHEN lease_until IS NULL THEN due ELSE $3 END "
-	"WHERE receipt = $2 AND scope = $1 AND state = 'r' "
-	"RETURNING lease_until",
-	[LEAF_RESULT] =
-	"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2",
+	[LEAF_EXTEND_RECEIPT] = {
+		"extend by receipt",
+		"UPDATE inbox.entries_p%d SET lease_until = $3, "
+		"due = CASE WHEN lease_until IS NULL THEN due ELSE $3 END "
+		"WHERE receipt = $2 AND scope = $1 AND state = 'r' "
+		"RETURNING lease_until",
+		{TEXTOID, UUIDOID, TIMESTAMPTZOID}
+	},
+	[LEAF_RESULT] = {
+		"result",
+		"SELECT result FROM inbox.entries_p%d WHERE scope = $1 AND message_id = $2",
+		{TEXTOID, TEXTOID}
+	},
 };
 
-static const int leaf_nargs[DEFERRED_LEAF_PLANS] = {5, 2, 2, 7, 7, 3, 4, 3, 3, 2};
-static const Oid leaf_argtypes[DEFERRED_LEAF_PLANS][7] = {
-	[LEAF_CANDIDATES] = {TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID},
-	[LEAF_HELD] = {TEXTOID, TIMESTAMPTZOID},
-	[LEAF_NEXT_DUE] = {TEXTOID, TIMESTAMPTZOID},
-	[LEAF_TAKE] = {TEXTOID, TEXTARRAYOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDARRAYOID, TIMESTAMPTZOID},
-	[LEAF_TAKE_ONE] = {TEXTOID, TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID, UUIDOID, TIMESTAMPTZOID},
-	[LEAF_DIE] = {TEXTOID, TEXTOID, TIMESTAMPTZOID},
-	[LEAF_COMPLETE] = {TEXTOID, TEXTOID, JSONBOID, INT8OID},
-	[LEAF_COMPLETE_RECEIPT] = {TEXTOID, UUIDOID, JSONBOID},
-	[LEAF_EXTEND_RECEIPT] = {TEXTOID, UUIDOID, TIMESTAMPTZOID},
-	[LEAF_RESULT] = {TEXTOID, TEXTOID},
-};
+static SPIPlanPtr leaf_plans[DEFERRED_LEAF_PLANS][INBOX_LEAVES];
 
 /* One call of inbox_take or inbox_poll */
 typedef struct TakeCall
@@ -243,22 +259,15 @@ deferred_init(void)
 static SPIPlanPtr
 leaf_plan(DeferredLeafPlan kind, int leaf)
 {
-	SPIPlanPtr *slot = &leaf_plans[kind][leaf];
-
-	if (*slot == NULL)
-		*slot = inbox_keep_plan(psprintf(leaf_sql[kind], leaf),
-								leaf_nargs[kind], (Oid *) leaf_argtypes[kind],
-								CURSOR_OPT_GENERIC_PLAN);
-	return *slot;
+	return inbox_leaf_plan(&leaf_statements[kind], leaf_plans[kind], leaf);
 }
 
-static void
-execute(SPIPlanPtr plan, Datum *values, const char *nulls, int expected)
+/* Run kind's plan on leaf; raise unless its result is expected */
+static uint64
+execute(DeferredLeafPlan kind, int leaf, Datum *values, const char *nulls, int expected)
 {
-	int			rc = SPI_execute_plan(plan, values, nulls, false, 0);
-
-	if (rc != expected)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return inbox_execute_plan(leaf_plan(kind, leaf), values, nulls, expected,
+							  leaf_statements[kind].name);
 }
 
 /* The attempts allowed in the scope: its override, or inbox.max_attempts */
@@ -271,8 +280,9 @@ allowed_attempts(TakeCall *call)
 		Datum		values[1] = {PointerGetDatum(call->scope)};
 		bool		isnull;
 
-		execute(inbox_plan(&max_attempts_plan, "SELECT inbox.max_attempts($1)", 1, types),
-				values, NULL, SPI_OK_SELECT);
+		(void) inbox_execute_plan(inbox_plan(&max_attempts_plan, "SELECT inbox.max_attempts($1)",
+											 1, types),
+								  values, NULL, SPI_OK_SELECT, "inbox.max_attempts");
 		call->allowed = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
 													SPI_tuptable->tupdesc, 1, &isnull));
 		SPI_freetuptable(SPI_tuptable);
@@ -324,7 +334,7 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 	 * lease hands each to its receipt until the lease runs out.
 	 */
 	values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
-	execute(leaf_plan(one ? LEAF_TAKE_ONE : LEAF_TAKE, call->leaf), values, nulls, SPI_OK_UPDATE);
+	(void) execute(one ? LEAF_TAKE_ONE : LEAF_TAKE, call->leaf, values, nulls, SPI_OK_UPDATE);
 	if (!one)
 	{
 		pfree(DatumGetPointer(values[1]));
@@ -382,7 +392,7 @@ take_round(TakeCall *call, int *candidates)
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
-		execute(leaf_plan(LEAF_CANDIDATES, call->leaf), values, NULL, SPI_OK_SELECT);
+		(void) execute(LEAF_CANDIDATES, call->leaf, values, NULL, SPI_OK_SELECT);
 	}
 	PG_FINALLY();
 	{
@@ -436,7 +446,7 @@ take_round(TakeCall *call, int *candidates)
 			values[0] = PointerGetDatum(call->scope);
 			values[1] = message_id;
 			values[2] = TimestampTzGetDatum(now);
-			execute(leaf_plan(LEAF_DIE, call->leaf), values, NULL, SPI_OK_UPDATE);
+			(void) execute(LEAF_DIE, call->leaf, values, NULL, SPI_OK_UPDATE);
 			continue;
 		}
 
@@ -482,12 +492,10 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
-	execute(leaf_plan(LEAF_HELD, call->leaf), values, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (execute(LEAF_HELD, call->leaf, values, NULL, SPI_OK_SELECT) > 0)
 		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
 	SPI_freetuptable(SPI_tuptable);
-	execute(leaf_plan(LEAF_NEXT_DUE, call->leaf), values, NULL, SPI_OK_SELECT);
-	if (SPI_processed > 0)
+	if (execute(LEAF_NEXT_DUE, call->leaf, values, NULL, SPI_OK_SELECT) > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
 	SPI_freetuptable(SPI_tuptable);
@@ -582,9 +590,10 @@ take(FunctionCallInfo fcinfo, bool poll)
 
 	InitMaterializedSRF(fcinfo, 0);
 	call.owner = inbox_owner_key();
+	/* The messages it takes are anybody's when this session exits */
+	inbox_front_watch_owner_exit();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	for (;;)
 	{
 		uint64		generation = wait != NULL ? inbox_wakeup_generation(call.scope) : 0;
@@ -642,7 +651,7 @@ complete_direct(int leaf, text *scope, text *message_id, pg_uuid_t *receipt,
 	done = inbox_direct_complete(w, leaf, scope, message_id, receipt, owner,
 								 result, result_isnull);
 	inbox_direct_end(w);
-	return done == INBOX_DIRECT_INSERTED;
+	return done == INBOX_DIRECT_WRITTEN;
 }
 
 /*
@@ -665,23 +674,23 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	values[3] = Int64GetDatum(inbox_owner_key());
 	leaf = inbox_scope_leaf(scope);
 	/* It locks an open message: an abort must reach the front (front.c) */
-	inbox_front_note(leaf, scope, false);
+	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
 
 	/* Without the planner where it may (direct.c), else the kept plan */
 	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
 						values[2], PG_ARGISNULL(2)))
 		PG_RETURN_VOID();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE, leaf), values, nulls, SPI_OK_UPDATE);
-	if (SPI_processed != 1)
+	inbox_spi_connect();
+	if (execute(LEAF_COMPLETE, leaf, values, nulls, SPI_OK_UPDATE) != 1)
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
 
 		/* inbox.refuse says why, and raises */
-		execute(inbox_plan(&refuse_plan, "SELECT inbox.refuse($1, $2, 'completed', 'r')", 2, types),
-				values, NULL, SPI_OK_SELECT);
+		(void) inbox_execute_plan(inbox_plan(&refuse_plan,
+											 "SELECT inbox.refuse($1, $2, 'completed', 'r')",
+											 2, types),
+								  values, NULL, SPI_OK_SELECT, "inbox.refuse");
 		elog(ERROR, "inbox.refuse did not raise");
 	}
 	SPI_finish();
@@ -712,22 +721,21 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 
 	leaf = inbox_scope_leaf(scope);
-	inbox_front_note(leaf, scope, false);
+	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
 
 	/* As inbox_complete by message id: direct.c where it may */
 	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))
 		PG_RETURN_VOID();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_COMPLETE_RECEIPT, leaf), values, nulls, SPI_OK_UPDATE);
-	if (SPI_processed != 1)
+	inbox_spi_connect();
+	if (execute(LEAF_COMPLETE_RECEIPT, leaf, values, nulls, SPI_OK_UPDATE) != 1)
 	{
 		Oid			types[2] = {TEXTOID, UUIDOID};
 
-		execute(inbox_plan(&refuse_receipt_plan, "SELECT inbox.refuse_receipt($1, $2, 'completed')",
-						  2, types),
-				values, NULL, SPI_OK_SELECT);
+		(void) inbox_execute_plan(inbox_plan(&refuse_receipt_plan,
+											 "SELECT inbox.refuse_receipt($1, $2, 'completed')",
+											 2, types),
+								  values, NULL, SPI_OK_SELECT, "inbox.refuse_receipt");
 		elog(ERROR, "inbox.refuse_receipt did not raise");
 	}
 	SPI_finish();
@@ -778,18 +786,16 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 
 	/* The lease's end is the message's new due: see inbox.wake_takers */
 	leaf = inbox_scope_leaf(scope);
-	inbox_front_note(leaf, scope, false);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_EXTEND_RECEIPT, leaf),
-			values, NULL, SPI_OK_UPDATE_RETURNING);
-	if (SPI_processed != 1)
+	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
+	inbox_spi_connect();
+	if (execute(LEAF_EXTEND_RECEIPT, leaf, values, NULL, SPI_OK_UPDATE_RETURNING) != 1)
 	{
 		Oid			types[2] = {TEXTOID, UUIDOID};
 
-		execute(inbox_plan(&refuse_extend_plan, "SELECT inbox.refuse_receipt($1, $2, 'extended')",
-						  2, types),
-				values, NULL, SPI_OK_SELECT);
+		(void) inbox_execute_plan(inbox_plan(&refuse_extend_plan,
+											 "SELECT inbox.refuse_receipt($1, $2, 'extended')",
+											 2, types),
+								  values, NULL, SPI_OK_SELECT, "inbox.refuse_receipt");
 		elog(ERROR, "inbox.refuse_receipt did not raise");
 	}
 	until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -813,10 +819,8 @@ inbox_result_1_0(PG_FUNCTION_ARGS)
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	execute(leaf_plan(LEAF_RESULT, inbox_scope_leaf(scope)), values, NULL, SPI_OK_SELECT);
-	if (SPI_processed == 1)
+	inbox_spi_connect();
+	if (execute(LEAF_RESULT, inbox_scope_leaf(scope), values, NULL, SPI_OK_SELECT) == 1)
 	{
 		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 		if (!isnull)

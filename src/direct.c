@@ -76,7 +76,9 @@
 #include "compat.h"
 #include "direct.h"
 #include "distributed.h"
+#include "entries.h"
 #include "inbox.h"
+#include "spi.h"
 
 static bool direct_insert = true;
 
@@ -106,59 +108,8 @@ static struct
 }			known_indexes[MAX_KNOWN_INDEXES];
 static int	nknown_indexes = 0;
 
-/*
- * The columns of inbox.entries, by position, as sql/inbox.sql defines
- * them.  A claim sets the first six; every other column is NULL in a
- * claim's entry and has no default.  A completion sets the ones from
- * ATT_OWNER_SESSION on.  direct_layout_ok() checks the leaf against this
- * before every write.
- */
-#define ENTRIES_NATTS			17
-#define ATT_SCOPE				1
-#define ATT_MESSAGE_ID			2
-#define ATT_BUCKET				3
-#define ATT_RECEIVED_AT			4
-#define ATT_PAYLOAD_HASH		5
-#define ATT_STATE				6
-#define ATT_OWNER_SESSION		10
-#define ATT_LEASE_UNTIL			12
-#define ATT_DUE					13
-#define ATT_RECEIPT				14
-#define ATT_RESULT				16
-#define ATT_FINISHED_AT			17
-
-static const struct
-{
-	const char *name;
-	Oid			type;
-}			entries_columns[] = {
-	[ATT_SCOPE] = {"scope", TEXTOID},
-	[ATT_MESSAGE_ID] = {"message_id", TEXTOID},
-	[ATT_BUCKET] = {"bucket", INT2OID},
-	[ATT_RECEIVED_AT] = {"received_at", TIMESTAMPTZOID},
-	[ATT_PAYLOAD_HASH] = {"payload_hash", BYTEAOID},
-	[ATT_STATE] = {"state", CHAROID},
-	{"payload", JSONBOID},
-	{"payload_bytes", BYTEAOID},
-	{"attempts", INT4OID},
-	[ATT_OWNER_SESSION] = {"owner_session", INT8OID},
-	{"taken_at", TIMESTAMPTZOID},
-	[ATT_LEASE_UNTIL] = {"lease_until", TIMESTAMPTZOID},
-	[ATT_DUE] = {"due", TIMESTAMPTZOID},
-	[ATT_RECEIPT] = {"receipt", UUIDOID},
-	{"last_error", TEXTOID},
-	[ATT_RESULT] = {"result", JSONBOID},
-	[ATT_FINISHED_AT] = {"finished_at", TIMESTAMPTZOID},
-};
-
-/*
- * The CHECK constraints of inbox.entries, each of which keys.c and the
- * bucket computed here already guarantee for a claim's entry.  A leaf with
- * any other CHECK takes SPI, which enforces it.
- */
-static const char *const entries_checks[] = {
-	"entries_scope_length", "entries_message_id_length", "entries_bucket"
-};
+/* The last column a claim sets (entries.h); the later ones stay NULL */
+#define CLAIM_LAST_ATTNO		Anum_entries_state
 
 void
 direct_init(void)
@@ -215,9 +166,9 @@ leaf_relid(int leaf)
 
 /*
  * Whether rel is a leaf this module may write: a plain table with the
- * columns above (the key's of collation "C", the others nullable), no
- * trigger, rule or row-level security, no default but those of
- * received_at and state, no CHECK but the three above, and the INSERT
+ * columns of entries.h (the key's of collation "C", the others nullable),
+ * no trigger, rule or row-level security, no default but those of
+ * received_at and state, no CHECK but entries_checks, and the INSERT
  * privilege for the current user (the extension's owner: under SECURITY
  * DEFINER, or as the entry point switched to it), as the executor would
  * check it.
@@ -233,11 +184,11 @@ direct_layout_ok(Relation rel)
 		rel->trigdesc != NULL ||
 		rel->rd_rules != NULL ||
 		rel->rd_rel->relrowsecurity ||
-		desc->natts != ENTRIES_NATTS ||
+		desc->natts != Natts_entries ||
 		desc->constr == NULL ||
 		desc->constr->num_defval != 2)
 		return false;
-	for (attno = ATT_SCOPE; attno <= ENTRIES_NATTS; attno++)
+	for (attno = Anum_entries_scope; attno <= Natts_entries; attno++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
 
@@ -246,11 +197,11 @@ direct_layout_ok(Relation rel)
 			return false;
 	}
 	/* The key compares bytewise, as the primary key's lookups here do */
-	if (TupleDescAttr(desc, ATT_SCOPE - 1)->attcollation != C_COLLATION_OID ||
-		TupleDescAttr(desc, ATT_MESSAGE_ID - 1)->attcollation != C_COLLATION_OID)
+	if (TupleDescAttr(desc, Anum_entries_scope - 1)->attcollation != C_COLLATION_OID ||
+		TupleDescAttr(desc, Anum_entries_message_id - 1)->attcollation != C_COLLATION_OID)
 		return false;
 	/* The columns a claim leaves NULL must allow it */
-	for (attno = ATT_STATE + 1; attno <= ENTRIES_NATTS; attno++)
+	for (attno = CLAIM_LAST_ATTNO + 1; attno <= Natts_entries; attno++)
 		if (TupleDescAttr(desc, attno - 1)->attisdropped ||
 			TupleDescAttr(desc, attno - 1)->attnotnull)
 			return false;
@@ -303,7 +254,7 @@ index_holds_claims(Relation index, Relation leaf)
 		pull_varattnos((Node *) predicate, 1, &attrs);
 	if (predicate != NIL &&
 		bms_membership(attrs) == BMS_SINGLETON &&
-		bms_is_member(ATT_STATE - FirstLowInvalidHeapAttributeNumber, attrs))
+		bms_is_member(Anum_entries_state - FirstLowInvalidHeapAttributeNumber, attrs))
 	{
 		EState	   *estate = CreateExecutorState();
 		MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
@@ -312,8 +263,8 @@ index_holds_claims(Relation index, Relation leaf)
 
 		ExecClearTuple(slot);
 		memset(slot->tts_isnull, true, slot->tts_tupleDescriptor->natts * sizeof(bool));
-		slot->tts_values[ATT_STATE - 1] = CharGetDatum(INBOX_STATE_DONE);
-		slot->tts_isnull[ATT_STATE - 1] = false;
+		slot->tts_values[Anum_entries_state - 1] = CharGetDatum(INBOX_STATE_DONE);
+		slot->tts_isnull[Anum_entries_state - 1] = false;
 		ExecStoreVirtualTuple(slot);
 		econtext->ecxt_scantuple = slot;
 		holds = ExecQual(ExecPrepareQual(predicate, estate), econtext);
@@ -535,9 +486,9 @@ open_leaf(InboxDirectWriter *w, int leafno)
 						leaf->pkey = leaf->rri->ri_IndexRelationDescs[i];
 				/* The primary key is (scope, message_id, bucket), as inbox_direct_lookup reads it */
 				if (leaf->pkey != NULL && leaf->pkey->rd_index->indnkeyatts == 3 &&
-					leaf->pkey->rd_index->indkey.values[0] == ATT_SCOPE &&
-					leaf->pkey->rd_index->indkey.values[1] == ATT_MESSAGE_ID &&
-					leaf->pkey->rd_index->indkey.values[2] == ATT_BUCKET)
+					leaf->pkey->rd_index->indkey.values[0] == Anum_entries_scope &&
+					leaf->pkey->rd_index->indkey.values[1] == Anum_entries_message_id &&
+					leaf->pkey->rd_index->indkey.values[2] == Anum_entries_bucket)
 					leaf->state = 1;
 			}
 		}
@@ -548,7 +499,7 @@ open_leaf(InboxDirectWriter *w, int leafno)
 
 /*
  * Write a claim's entry (scope, message_id, payload_hash, in bucket's
- * leaf) as INSERT ... ON CONFLICT DO NOTHING would.  INBOX_DIRECT_INSERTED
+ * leaf) as INSERT ... ON CONFLICT DO NOTHING would.  INBOX_DIRECT_WRITTEN
  * or INBOX_DIRECT_CONFLICT; INBOX_DIRECT_UNAVAILABLE, having done nothing,
  * when the leaf is not what this module expects: the caller then uses SPI.
  */
@@ -569,21 +520,21 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 	caller_cxt = MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 	slot = leaf->slot;
 	ExecClearTuple(slot);
-	memset(slot->tts_isnull, true, ENTRIES_NATTS * sizeof(bool));
-	slot->tts_values[ATT_SCOPE - 1] = PointerGetDatum(scope);
-	slot->tts_values[ATT_MESSAGE_ID - 1] = PointerGetDatum(message_id);
-	slot->tts_values[ATT_BUCKET - 1] = Int16GetDatum(bucket);
-	slot->tts_values[ATT_RECEIVED_AT - 1] =
+	memset(slot->tts_isnull, true, Natts_entries * sizeof(bool));
+	slot->tts_values[Anum_entries_scope - 1] = PointerGetDatum(scope);
+	slot->tts_values[Anum_entries_message_id - 1] = PointerGetDatum(message_id);
+	slot->tts_values[Anum_entries_bucket - 1] = Int16GetDatum(bucket);
+	slot->tts_values[Anum_entries_received_at - 1] =
 		TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	if (payload_hash != NULL)
-		slot->tts_values[ATT_PAYLOAD_HASH - 1] = PointerGetDatum(payload_hash);
-	slot->tts_values[ATT_STATE - 1] = CharGetDatum(INBOX_STATE_DONE);
-	slot->tts_isnull[ATT_SCOPE - 1] = false;
-	slot->tts_isnull[ATT_MESSAGE_ID - 1] = false;
-	slot->tts_isnull[ATT_BUCKET - 1] = false;
-	slot->tts_isnull[ATT_RECEIVED_AT - 1] = false;
-	slot->tts_isnull[ATT_PAYLOAD_HASH - 1] = (payload_hash == NULL);
-	slot->tts_isnull[ATT_STATE - 1] = false;
+		slot->tts_values[Anum_entries_payload_hash - 1] = PointerGetDatum(payload_hash);
+	slot->tts_values[Anum_entries_state - 1] = CharGetDatum(INBOX_STATE_DONE);
+	slot->tts_isnull[Anum_entries_scope - 1] = false;
+	slot->tts_isnull[Anum_entries_message_id - 1] = false;
+	slot->tts_isnull[Anum_entries_bucket - 1] = false;
+	slot->tts_isnull[Anum_entries_received_at - 1] = false;
+	slot->tts_isnull[Anum_entries_payload_hash - 1] = (payload_hash == NULL);
+	slot->tts_isnull[Anum_entries_state - 1] = false;
 	ExecStoreVirtualTuple(slot);
 	slot->tts_tableOid = RelationGetRelid(leaf->rel);
 
@@ -621,7 +572,7 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 		list_free(recheck);
 		if (!spec_conflict)
 		{
-			result = INBOX_DIRECT_INSERTED;
+			result = INBOX_DIRECT_WRITTEN;
 			break;
 		}
 
@@ -677,10 +628,10 @@ inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope, text *message
 		bool		isnull;
 		Datum		d;
 
-		*received_at = DatumGetTimestampTz(slot_getattr(slot, ATT_RECEIVED_AT, &isnull));
-		d = slot_getattr(slot, ATT_PAYLOAD_HASH, &isnull);
+		*received_at = DatumGetTimestampTz(slot_getattr(slot, Anum_entries_received_at, &isnull));
+		d = slot_getattr(slot, Anum_entries_payload_hash, &isnull);
 		*payload_hash = isnull ? NULL : DatumGetByteaPP(datumCopy(d, false, -1));
-		*state = DatumGetChar(slot_getattr(slot, ATT_STATE, &isnull));
+		*state = DatumGetChar(slot_getattr(slot, Anum_entries_state, &isnull));
 	}
 	index_endscan(scan);
 	ExecClearTuple(slot);
@@ -708,7 +659,7 @@ open_receipt_index(DirectLeaf *leaf)
 
 		if (index->rd_index->indisvalid && index->rd_index->indisready &&
 			index->rd_index->indnkeyatts == 1 && index->rd_index->indnatts == 1 &&
-			index->rd_index->indkey.values[0] == ATT_RECEIPT &&
+			index->rd_index->indkey.values[0] == Anum_entries_receipt &&
 			index->rd_rel->relam == BTREE_AM_OID &&
 			RelationGetIndexExpressions(index) == NIL)
 		{
@@ -745,17 +696,17 @@ held_by(TupleTableSlot *slot, text *scope, text *message_id, pg_uuid_t *receipt,
 	Datum		d;
 
 	slot_getallattrs(slot);
-	if (DatumGetChar(slot->tts_values[ATT_STATE - 1]) != INBOX_STATE_PROCESSING ||
-		!same_text(slot->tts_values[ATT_SCOPE - 1], scope))
+	if (DatumGetChar(slot->tts_values[Anum_entries_state - 1]) != INBOX_STATE_PROCESSING ||
+		!same_text(slot->tts_values[Anum_entries_scope - 1], scope))
 		return false;
 	if (receipt != NULL)
 	{
-		d = slot_getattr(slot, ATT_RECEIPT, &isnull);
+		d = slot_getattr(slot, Anum_entries_receipt, &isnull);
 		return !isnull && memcmp(DatumGetUUIDP(d)->data, receipt->data, UUID_LEN) == 0;
 	}
-	if (!same_text(slot->tts_values[ATT_MESSAGE_ID - 1], message_id))
+	if (!same_text(slot->tts_values[Anum_entries_message_id - 1], message_id))
 		return false;
-	d = slot_getattr(slot, ATT_OWNER_SESSION, &isnull);
+	d = slot_getattr(slot, Anum_entries_owner_session, &isnull);
 	return !isnull && DatumGetInt64(d) == owner;
 }
 
@@ -764,8 +715,8 @@ held_by(TupleTableSlot *slot, text *scope, text *message_id, pg_uuid_t *receipt,
  * index's key is unchanged by the update (see below)
  */
 static const AttrNumber completion_sets[] = {
-	ATT_STATE, ATT_OWNER_SESSION, ATT_LEASE_UNTIL, ATT_DUE, ATT_RECEIPT,
-	ATT_RESULT, ATT_FINISHED_AT
+	Anum_entries_state, Anum_entries_owner_session, Anum_entries_lease_until, Anum_entries_due, Anum_entries_receipt,
+	Anum_entries_result, Anum_entries_finished_at
 };
 
 /*
@@ -819,8 +770,8 @@ hint_unchanged_indexes(ResultRelInfo *rri)
  * (nodeModifyTable.c's ExecUpdate, then EvalPlanQual): under READ
  * COMMITTED, the latest version is locked and checked again; under
  * REPEATABLE READ and SERIALIZABLE, it is a serialization failure.
- * INBOX_DIRECT_INSERTED when the message was completed,
- * INBOX_DIRECT_CONFLICT when there is none to complete (the caller
+ * INBOX_DIRECT_WRITTEN when the message was completed,
+ * INBOX_DIRECT_NOT_FOUND when there is none to complete (the caller
  * explains why), INBOX_DIRECT_UNAVAILABLE, having done nothing, when the
  * leaf is not what this module expects.
  */
@@ -837,7 +788,7 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 	TupleTableSlot *new;
 	Snapshot	snapshot;
 	MemoryContext caller_cxt;
-	InboxDirectResult outcome = INBOX_DIRECT_CONFLICT;
+	InboxDirectResult outcome = INBOX_DIRECT_NOT_FOUND;
 	bool		found;
 
 	if (leaf == NULL ||
@@ -905,18 +856,18 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 		/* The new version: the old one, done */
 		slot_getallattrs(old);
 		ExecClearTuple(new);
-		memcpy(new->tts_values, old->tts_values, ENTRIES_NATTS * sizeof(Datum));
-		memcpy(new->tts_isnull, old->tts_isnull, ENTRIES_NATTS * sizeof(bool));
-		new->tts_values[ATT_STATE - 1] = CharGetDatum(INBOX_STATE_DONE);
-		new->tts_values[ATT_RESULT - 1] = result;
-		new->tts_isnull[ATT_RESULT - 1] = result_isnull;
-		new->tts_values[ATT_FINISHED_AT - 1] =
+		memcpy(new->tts_values, old->tts_values, Natts_entries * sizeof(Datum));
+		memcpy(new->tts_isnull, old->tts_isnull, Natts_entries * sizeof(bool));
+		new->tts_values[Anum_entries_state - 1] = CharGetDatum(INBOX_STATE_DONE);
+		new->tts_values[Anum_entries_result - 1] = result;
+		new->tts_isnull[Anum_entries_result - 1] = result_isnull;
+		new->tts_values[Anum_entries_finished_at - 1] =
 			TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-		new->tts_isnull[ATT_FINISHED_AT - 1] = false;
-		new->tts_isnull[ATT_OWNER_SESSION - 1] = true;
-		new->tts_isnull[ATT_LEASE_UNTIL - 1] = true;
-		new->tts_isnull[ATT_DUE - 1] = true;
-		new->tts_isnull[ATT_RECEIPT - 1] = true;
+		new->tts_isnull[Anum_entries_finished_at - 1] = false;
+		new->tts_isnull[Anum_entries_owner_session - 1] = true;
+		new->tts_isnull[Anum_entries_lease_until - 1] = true;
+		new->tts_isnull[Anum_entries_due - 1] = true;
+		new->tts_isnull[Anum_entries_receipt - 1] = true;
 		ExecStoreVirtualTuple(new);
 
 		tm = inbox_tuple_update(leaf->rel, &tid, new, estate->es_output_cid, snapshot,
@@ -926,7 +877,7 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 			if (index_mode != INBOX_UPDATE_INDEXES_NONE)
 				list_free(inbox_update_index_tuples(leaf->rri, new, estate,
 													index_mode == INBOX_UPDATE_INDEXES_SUMMARIZING));
-			outcome = INBOX_DIRECT_INSERTED;
+			outcome = INBOX_DIRECT_WRITTEN;
 			break;
 		}
 		if (tm == TM_SelfModified)

@@ -17,8 +17,9 @@
 
 typedef enum InboxDirectResult
 {
-	INBOX_DIRECT_INSERTED,		/* this call wrote the entry (or completed it) */
-	INBOX_DIRECT_CONFLICT,		/* an entry of the key exists (none to complete) */
+	INBOX_DIRECT_WRITTEN,		/* this call wrote the entry, or completed it */
+	INBOX_DIRECT_CONFLICT,		/* a write: an entry of the key exists */
+	INBOX_DIRECT_NOT_FOUND,		/* a completion: no message held as named */
 	INBOX_DIRECT_UNAVAILABLE	/* nothing done: use SPI */
 } InboxDirectResult;
 

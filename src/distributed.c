@@ -34,15 +34,16 @@
 #include "catalog/pg_proc.h"
 #include "commands/extension.h"
 #include "nodes/nodeFuncs.h"
-#include "optimizer/planner.h"
 #include "parser/parsetree.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 
 #include "distributed.h"
 #include "inbox.h"
+#include "spi.h"
 
 /* What cannot run on a distributed inbox.entries, and why: one entry each */
 typedef struct Refusal
@@ -233,14 +234,12 @@ inbox_citus_worker_node(void)
  * SELECT inbox_claim(...) FROM (SELECT 1) AS s, or FROM (VALUES (...)) of
  * one row.  Its delegation deparses the planned query, whose subquery the
  * planner emptied.  Any distributed function trips it, not only the
- * inbox's.  inbox_distribute() distributes the API's entry points, so this
- * planner hook, which runs before Citus's, refuses those forms of a call
- * of them with an error instead.  It looks at a query only when it has
+ * inbox's.  inbox_distribute() distributes the API's entry points, so the
+ * planner hook (inbox.c), which runs before Citus's, refuses those forms
+ * of a call of them with an error instead.  It looks at a query only when it has
  * that shape, so the cost elsewhere is a few pointer tests.
  * ------------------------------------------------------------------------
  */
-static planner_hook_type prev_planner_hook = NULL;
-
 /*
  * True if the query's FROM is one row that needs no table: no FROM at all,
  * VALUES of one row, or a subquery of such, at any depth.
@@ -351,39 +350,31 @@ setting_stays_here(const char *name)
 	return true;
 }
 
-static PlannedStmt *
-guard_planner(Query *parse, const char *query_string, int cursor_options,
-			  ParamListInfo bound_params)
+/*
+ * The planner hook's check (inbox.c): refuse, before Citus plans it, a
+ * query that would make Citus crash or drop a session's setting.
+ */
+void
+inbox_guard_planned_query(Query *parse)
 {
 	/* Whether inbox.entries is distributed is a cached answer: it goes first */
-	if (parse->commandType == CMD_SELECT && inbox_entries_distributed())
-	{
-		/* Citus looks only at a SELECT without WHERE over one FROM item */
-		if (parse->jointree != NULL && parse->jointree->quals == NULL &&
-			parse->jointree->fromlist != NIL && flattens_to_one_row(parse) &&
-			calls_delegated_function((Node *) parse->targetList, NULL))
-			inbox_refuse_if_distributed(INBOX_REFUSE_ONE_ROW_FROM);
+	if (parse->commandType != CMD_SELECT || !inbox_entries_distributed())
+		return;
 
-		/*
-		 * The settings first: they are string comparisons, and almost
-		 * always equal, so the query is walked only when one differs.
-		 */
-		if ((setting_stays_here("inbox.on_duplicate") ||
-			 setting_stays_here("inbox.claim_timeout")) &&
-			may_be_delegated(parse) &&
-			calls_delegated_function((Node *) parse, NULL) &&
-			!inbox_citus_worker_node())
-			inbox_refuse_if_distributed(INBOX_REFUSE_SESSION_SETTING);
-	}
+	/* Citus looks only at a SELECT without WHERE over one FROM item */
+	if (parse->jointree != NULL && parse->jointree->quals == NULL &&
+		parse->jointree->fromlist != NIL && flattens_to_one_row(parse) &&
+		calls_delegated_function((Node *) parse->targetList, NULL))
+		inbox_refuse_if_distributed(INBOX_REFUSE_ONE_ROW_FROM);
 
-	if (prev_planner_hook)
-		return prev_planner_hook(parse, query_string, cursor_options, bound_params);
-	return standard_planner(parse, query_string, cursor_options, bound_params);
-}
-
-void
-distributed_init(void)
-{
-	prev_planner_hook = planner_hook;
-	planner_hook = guard_planner;
+	/*
+	 * The settings first: they are string comparisons, and almost always
+	 * equal, so the query is walked only when one differs.
+	 */
+	if ((setting_stays_here("inbox.on_duplicate") ||
+		 setting_stays_here("inbox.claim_timeout")) &&
+		may_be_delegated(parse) &&
+		calls_delegated_function((Node *) parse, NULL) &&
+		!inbox_citus_worker_node())
+		inbox_refuse_if_distributed(INBOX_REFUSE_SESSION_SETTING);
 }

@@ -11,6 +11,8 @@
 #ifndef INBOX_DISTRIBUTED_H
 #define INBOX_DISTRIBUTED_H
 
+#include "nodes/parsenodes.h"
+
 typedef enum InboxRefusal
 {
 	INBOX_REFUSE_SESSION_TAKE,
@@ -20,11 +22,10 @@ typedef enum InboxRefusal
 	INBOX_REFUSE_PURGE_ON_WORKER
 } InboxRefusal;
 
-extern void distributed_init(void);
-
 extern bool inbox_entries_distributed(void);
 extern void inbox_refuse_if_distributed(InboxRefusal which);
 extern bool inbox_citus_worker_node(void);
 extern bool inbox_citus_installed(void);
+extern void inbox_guard_planned_query(Query *parse);
 
 #endif							/* INBOX_DISTRIBUTED_H */

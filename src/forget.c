@@ -8,9 +8,9 @@
  * Forgetting undoes the inbox's one promise for a message, so it is not an
  * application's operation: the entry point (access.c) lets through only
  * the extension's owner, superusers, and roles the owner allowed with
- * inbox_allow_forget, whatever EXECUTE grants say, and passes on the role
- * that called, which the audit row records.  The implementation runs as
- * the owner.
+ * inbox_allow_forget, whatever EXECUTE grants say, and hands over the
+ * role that called (inbox_forget_set_caller), which the audit row
+ * records.  The implementation runs as the owner.
  *
  * Only done entries are forgotten.  A pending or processing message has
  * not been processed yet, so there is nothing to forget, and a dead one is
@@ -28,16 +28,18 @@
 
 #include "access/detoast.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
-#include "access.h"
 #include "distributed.h"
+#include "entries.h"
+#include "forget.h"
 #include "inbox.h"
 #include "keys.h"
+#include "spi.h"
 
 PG_FUNCTION_INFO_V1(inbox_forget);
 PG_FUNCTION_INFO_V1(inbox_forget_range);
@@ -148,13 +150,24 @@ reason_arg(FunctionCallInfo fcinfo, int argno)
 	return PG_GETARG_TEXT_PP(argno);
 }
 
-static void
-run(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls, int expect)
-{
-	int			rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+/*
+ * The role that called the running inbox_forget* entry point, which
+ * access.c hands over for the audit row; InvalidOid outside such a call.
+ */
+static Oid	forget_caller = InvalidOid;
 
-	if (rc != expect)
-		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+/*
+ * access.c's entry point is about to call the implementation for caller:
+ * returns the caller it replaces, which the entry point puts back when the
+ * call ends, on success and on error alike (calls may nest).
+ */
+Oid
+inbox_forget_set_caller(Oid caller)
+{
+	Oid			outer = forget_caller;
+
+	forget_caller = caller;
+	return outer;
 }
 
 /* Refuse a scope that has no entry and no settings: most likely a typo */
@@ -169,7 +182,7 @@ check_scope_known(text *scope)
 
 	for (i = 0; i < 2 && !known; i++)
 	{
-		run(scope_known_sql[i], 1, types, values, NULL, SPI_OK_SELECT);
+		inbox_execute(scope_known_sql[i], 1, types, values, NULL, SPI_OK_SELECT);
 		known = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	}
 	if (!known)
@@ -184,7 +197,10 @@ check_scope_known(text *scope)
 static Datum
 caller_name(void)
 {
-	return CStringGetTextDatum(GetUserNameFromId(inbox_forget_caller(), false));
+	/* A direct call of the implementation (its owner only) is the owner's */
+	Oid			caller = OidIsValid(forget_caller) ? forget_caller : GetUserId();
+
+	return CStringGetTextDatum(GetUserNameFromId(caller, false));
 }
 
 static void
@@ -204,7 +220,7 @@ audit_nothing(text *scope, text *message_id, Datum from, Datum before, bool rang
 		nulls[2] = nulls[3] = 'n';
 	values[4] = PointerGetDatum(reason);
 	values[5] = caller_name();
-	run(audit_nothing_sql, 6, types, values, nulls, SPI_OK_INSERT);
+	inbox_execute(audit_nothing_sql, 6, types, values, nulls, SPI_OK_INSERT);
 }
 
 /*
@@ -223,9 +239,8 @@ forget_distributed(const char *delete_sql, Oid *types, Datum *values, text *scop
 	uint64		n;
 	uint64		i;
 
-	run(delete_sql, 3, types, values, NULL, SPI_OK_DELETE_RETURNING);
+	n = inbox_execute(delete_sql, 3, types, values, NULL, SPI_OK_DELETE_RETURNING);
 	gone = SPI_tuptable;
-	n = SPI_processed;
 	for (i = 0; i < n; i++)
 	{
 		Datum		audit[7];
@@ -241,7 +256,7 @@ forget_distributed(const char *delete_sql, Oid *types, Datum *values, text *scop
 		audit[4] = PointerGetDatum(reason);
 		audit[5] = SPI_getbinval(gone->vals[i], gone->tupdesc, 2, &isnull);
 		audit[6] = caller_name();
-		run(audit_entry_sql, 7, audit_types, audit, nulls, SPI_OK_INSERT);
+		inbox_execute(audit_entry_sql, 7, audit_types, audit, nulls, SPI_OK_INSERT);
 	}
 	return n;
 }
@@ -262,8 +277,7 @@ inbox_forget(PG_FUNCTION_ARGS)
 	Datum		values[5];
 	bool		forgotten;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	check_scope_known(scope);
 
 	values[0] = PointerGetDatum(scope);
@@ -276,8 +290,7 @@ inbox_forget(PG_FUNCTION_ARGS)
 									   (Datum) 0, (Datum) 0, false, reason) == 1;
 	else
 	{
-		run(forget_one_sql, 5, types, values, NULL, SPI_OK_INSERT);
-		forgotten = (SPI_processed == 1);
+		forgotten = inbox_execute(forget_one_sql, 5, types, values, NULL, SPI_OK_INSERT) == 1;
 	}
 
 	if (!forgotten)
@@ -285,8 +298,7 @@ inbox_forget(PG_FUNCTION_ARGS)
 		bool		isnull;
 
 		/* Nothing done to remove: is there an entry in another state? */
-		run(state_sql, 3, types, values, NULL, SPI_OK_SELECT);
-		if (SPI_processed == 1)
+		if (inbox_execute(state_sql, 3, types, values, NULL, SPI_OK_SELECT) == 1)
 		{
 			char		state = DatumGetChar(SPI_getbinval(SPI_tuptable->vals[0],
 														   SPI_tuptable->tupdesc, 1, &isnull));
@@ -341,8 +353,7 @@ inbox_forget_range(PG_FUNCTION_ARGS)
 						   pstrdup(timestamptz_to_str(from)), timestamptz_to_str(before))));
 	reason = reason_arg(fcinfo, 3);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	check_scope_known(scope);
 
 	values[0] = PointerGetDatum(scope);
@@ -355,8 +366,7 @@ inbox_forget_range(PG_FUNCTION_ARGS)
 									   values[1], values[2], true, reason);
 	else
 	{
-		run(forget_range_sql, 5, types, values, NULL, SPI_OK_INSERT);
-		forgotten = SPI_processed;
+		forgotten = inbox_execute(forget_range_sql, 5, types, values, NULL, SPI_OK_INSERT);
 	}
 	if (forgotten == 0)
 		audit_nothing(scope, NULL, values[1], values[2], true, reason);

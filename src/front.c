@@ -76,7 +76,6 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
-#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -133,7 +132,7 @@ typedef struct FrontShared
 	FrontSlot	slots[FRONT_SLOTS];
 } FrontShared;
 
-static FrontShared *front = NULL;
+static FrontShared *shared = NULL;
 
 static bool take_front = true;
 
@@ -150,38 +149,27 @@ static bool noted_overflow = false;
 
 static bool owner_exit_watched = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-static ProcessUtility_hook_type prev_process_utility = NULL;
-
-PG_FUNCTION_INFO_V1(inbox_forget_front);
-
-static void
+/* The fronts' shared memory and lock, asked for at server start */
+void
 front_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(sizeof(FrontShared));
 	RequestNamedLWLockTranche("inbox_front", 1);
 }
 
-static void
-front_shmem_startup(void)
+/* Find or create the fronts; the caller holds AddinShmemInitLock */
+void
+front_shmem_attach(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	front = ShmemInitStruct("inbox fronts", sizeof(FrontShared), &found);
+	shared = ShmemInitStruct("inbox fronts", sizeof(FrontShared), &found);
 	if (!found)
 	{
-		memset(front, 0, sizeof(FrontShared));
-		front->lock = &(GetNamedLWLockTranche("inbox_front"))->lock;
-		front->epoch = 1;		/* slot epoch 0: never valid */
+		memset(shared, 0, sizeof(FrontShared));
+		shared->lock = &(GetNamedLWLockTranche("inbox_front"))->lock;
+		shared->epoch = 1;		/* slot epoch 0: never valid */
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
 
 /* Record an event; the caller holds the lock exclusively */
@@ -190,8 +178,8 @@ record_event(uint64 key, TimestampTz bound)
 {
 	FrontEvent *e;
 
-	front->events++;
-	e = &front->ring[front->events & (FRONT_EVENTS - 1)];
+	shared->events++;
+	e = &shared->ring[shared->events & (FRONT_EVENTS - 1)];
 	e->key = key;
 	e->bound = bound;
 }
@@ -199,13 +187,13 @@ record_event(uint64 key, TimestampTz bound)
 static FrontSlot *
 slot_of(uint64 key)
 {
-	return &front->slots[key & (FRONT_SLOTS - 1)];
+	return &shared->slots[key & (FRONT_SLOTS - 1)];
 }
 
 static bool
 slot_holds(const FrontSlot *slot, uint64 key)
 {
-	return slot->key == key && slot->epoch == front->epoch;
+	return slot->key == key && slot->epoch == shared->epoch;
 }
 
 /*
@@ -218,11 +206,11 @@ scopes_end(bool commit)
 {
 	TimestampTz start = GetCurrentTransactionStartTimestamp();
 
-	LWLockAcquire(front->lock, LW_EXCLUSIVE);
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (noted_overflow)
 	{
 		record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
-		front->epoch++;
+		shared->epoch++;
 	}
 	else
 	{
@@ -244,7 +232,7 @@ scopes_end(bool commit)
 			}
 		}
 	}
-	LWLockRelease(front->lock);
+	LWLockRelease(shared->lock);
 }
 
 static void
@@ -254,66 +242,44 @@ forget_notes(void)
 	noted_overflow = false;
 }
 
-static void
-front_xact_callback(XactEvent event, void *arg)
+/* The end of a transaction, which may have noted scopes (events.c) */
+void
+front_xact_end(bool commit)
 {
 	if (n_noted == 0 && !noted_overflow)
 		return;
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			scopes_end(true);
-			forget_notes();
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			scopes_end(false);
-			forget_notes();
-			break;
-		case XACT_EVENT_PREPARE:
-			/* its end is COMMIT or ROLLBACK PREPARED's: see the banner */
-			forget_notes();
-			break;
-		default:
-			break;
-	}
+	scopes_end(commit);
+	forget_notes();
 }
 
 /*
- * COMMIT PREPARED and ROLLBACK PREPARED end a transaction whose notes were
- * made by another session, or before a restart: the transaction that runs
- * them forgets every front when it ends.
+ * A transaction was prepared: its end is COMMIT or ROLLBACK PREPARED's,
+ * which front_note_everything() covers.
  */
-static void
-front_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-					  ProcessUtilityContext context, ParamListInfo params,
-					  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+void
+front_xact_prepared(void)
 {
-	Node	   *parsetree = pstmt->utilityStmt;
-
-	if (front != NULL && IsA(parsetree, TransactionStmt))
-	{
-		TransactionStmtKind kind = ((TransactionStmt *) parsetree)->kind;
-
-		if (kind == TRANS_STMT_COMMIT_PREPARED || kind == TRANS_STMT_ROLLBACK_PREPARED)
-			noted_overflow = true;
-	}
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
-							 queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
-								queryEnv, dest, qc);
+	forget_notes();
 }
 
 /* A subtransaction's abort releases its locks: what they held is back */
-static void
-front_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
+void
+front_subxact_abort(void)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB && (n_noted > 0 || noted_overflow))
+	if (n_noted > 0 || noted_overflow)
 		scopes_end(false);
+}
+
+/*
+ * This transaction ends one whose notes were made by another session, or
+ * before a restart (COMMIT or ROLLBACK PREPARED): it forgets every front
+ * when it ends.
+ */
+void
+front_note_everything(void)
+{
+	if (shared != NULL)
+		noted_overflow = true;
 }
 
 void
@@ -329,25 +295,6 @@ front_init(void)
 							 PGC_USERSET,
 							 0,
 							 NULL, NULL, NULL);
-
-	/*
-	 * Notes are dropped at transaction end whether or not the slots exist,
-	 * so the callbacks are needed in every backend that loads the library.
-	 * Callbacks run in the reverse order of their registration, and this
-	 * one must run before wakeup.c's: a take woken by a commit must find
-	 * the front that commit lowered.
-	 */
-	RegisterXactCallback(front_xact_callback, NULL);
-	RegisterSubXactCallback(front_subxact_callback, NULL);
-	prev_process_utility = ProcessUtility_hook;
-	ProcessUtility_hook = front_process_utility;
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = front_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = front_shmem_startup;
 }
 
 static uint64
@@ -393,7 +340,7 @@ note_key(uint64 key, bool forget)
 void
 inbox_front_note(int leaf, const text *scope, bool forget)
 {
-	if (front != NULL)
+	if (shared != NULL)
 		note_key(scope_key(leaf, scope), forget);
 }
 
@@ -411,7 +358,7 @@ inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *f)
 	f->low = DT_NOBEGIN;
 	f->full = true;
 	f->usable = false;
-	if (front != NULL)
+	if (shared != NULL)
 	{
 		/* the take locks what it picks: noted whether or not it uses it */
 		f->key = scope_key(leaf, scope);
@@ -425,8 +372,8 @@ inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *f)
 	}
 	slot = slot_of(f->key);
 
-	LWLockAcquire(front->lock, LW_SHARED);
-	f->version = front->events;
+	LWLockAcquire(shared->lock, LW_SHARED);
+	f->version = shared->events;
 	if (slot_holds(slot, f->key) && slot->low <= now && slot->full_at <= now &&
 		!TimestampDifferenceExceeds(slot->full_at, now, FRONT_FULL_SCAN_MS))
 	{
@@ -435,7 +382,7 @@ inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *f)
 		memcpy(low_id, slot->low_id, low_id_len);
 		f->full = false;
 	}
-	LWLockRelease(front->lock);
+	LWLockRelease(shared->lock);
 	f->low_id = cstring_to_text_with_len(low_id, low_id_len);
 }
 
@@ -480,12 +427,12 @@ inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
 		id_len = pg_mbcliplen(id, VARSIZE_ANY_EXHDR(bound_id), FRONT_ID_BYTES);
 	}
 
-	LWLockAcquire(front->lock, LW_EXCLUSIVE);
-	if (front->events - f->version < FRONT_EVENTS)
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	if (shared->events - f->version < FRONT_EVENTS)
 	{
-		for (uint64 v = f->version + 1; v <= front->events; v++)
+		for (uint64 v = f->version + 1; v <= shared->events; v++)
 		{
-			FrontEvent *e = &front->ring[v & (FRONT_EVENTS - 1)];
+			FrontEvent *e = &shared->ring[v & (FRONT_EVENTS - 1)];
 
 			if ((e->key == f->key || e->key == FRONT_ALL_SCOPES) && e->bound <= bound)
 			{
@@ -503,7 +450,7 @@ inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
 			if (f->full)
 			{
 				slot->key = f->key;
-				slot->epoch = front->epoch;
+				slot->epoch = shared->epoch;
 				slot->full_at = now;
 			}
 			slot->low = bound;
@@ -511,7 +458,7 @@ inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
 			memcpy(slot->low_id, id, id_len);
 		}
 	}
-	LWLockRelease(front->lock);
+	LWLockRelease(shared->lock);
 }
 
 /*
@@ -523,31 +470,18 @@ inbox_front_advance(const InboxFront *f, TimestampTz now, TimestampTz bound,
 static void
 owner_exit(int code, Datum arg)
 {
-	if (front == NULL)
+	if (shared == NULL)
 		return;
-	LWLockAcquire(front->lock, LW_EXCLUSIVE);
-	front->epoch++;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	shared->epoch++;
 	record_event(FRONT_ALL_SCOPES, DT_NOBEGIN);
-	LWLockRelease(front->lock);
-}
-
-/*
- * inbox.forget_front(scope text): the scope's next take scans it from its
- * oldest entry, once this transaction commits; for messages moved by hand.
- */
-Datum
-inbox_forget_front(PG_FUNCTION_ARGS)
-{
-	text	   *scope = PG_GETARG_TEXT_PP(0);
-
-	inbox_front_note(inbox_scope_leaf(scope), scope, true);
-	PG_RETURN_VOID();
+	LWLockRelease(shared->lock);
 }
 
 void
 inbox_front_watch_owner_exit(void)
 {
-	if (owner_exit_watched || front == NULL)
+	if (owner_exit_watched || shared == NULL)
 		return;
 	on_shmem_exit(owner_exit, (Datum) 0);
 	owner_exit_watched = true;

@@ -25,6 +25,12 @@ typedef struct InboxFront
 } InboxFront;
 
 extern void front_init(void);
+extern void front_shmem_request(void);
+extern void front_shmem_attach(void);
+extern void front_xact_end(bool commit);
+extern void front_xact_prepared(void);
+extern void front_subxact_abort(void);
+extern void front_note_everything(void);
 extern void inbox_front_note(int leaf, const text *scope, bool forget);
 extern void inbox_front_read(int leaf, const text *scope, TimestampTz now, InboxFront *front);
 extern void inbox_front_advance(const InboxFront *front, TimestampTz now, TimestampTz bound,

@@ -40,7 +40,6 @@
 #include "postgres.h"
 
 #include "commands/event_trigger.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -51,6 +50,7 @@
 
 #include "distributed.h"
 #include "inbox.h"
+#include "spi.h"
 
 PG_FUNCTION_INFO_V1(inbox_guard_drop);
 
@@ -76,8 +76,7 @@ read_extension(InboxExtension *ext)
 	bool		found = false;
 	bool		isnull;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	if (SPI_execute("SELECT extowner, extnamespace::pg_catalog.regnamespace::pg_catalog.text"
 					" FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'inbox'",
 					true, 0) != SPI_OK_SELECT)
@@ -156,8 +155,7 @@ has_entries(void)
 	/* Waits for every transaction writing entries, as the DROP would */
 	LockRelationOid(entries, AccessExclusiveLock);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	PushActiveSnapshot(GetLatestSnapshot());
 	/* A target list, because Citus cannot plan an empty one (scale-out.md) */
 	if (SPI_execute("SELECT EXISTS (SELECT 1 FROM inbox.entries)", true, 0) != SPI_OK_SELECT ||
@@ -220,8 +218,7 @@ inbox_guard_drop(PG_FUNCTION_ARGS)
 	 */
 	if (inbox_entries_distributed())
 	{
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
+		inbox_spi_connect();
 		if (SPI_execute("SELECT inbox.citus_drop_tables()", false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not drop the distributed tables of extension inbox");
 		SPI_finish();

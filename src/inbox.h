@@ -2,9 +2,9 @@
  *
  * inbox.h
  *	  The constants every part of the inbox extension shares, each defined
- *	  once: its SQLSTATEs, the limits on keys, the entry states, and the
- *	  private advisory-lock spaces.  Also the small lookups of the
- *	  extension's own tables.
+ *	  once: its SQLSTATEs, the limits on keys and retentions, and the
+ *	  private advisory-lock spaces.  The layout of inbox.entries is in
+ *	  entries.h.
  *
  * src/inbox.h
  *
@@ -13,9 +13,7 @@
 #ifndef INBOX_H
 #define INBOX_H
 
-#include "catalog/namespace.h"
 #include "utils/elog.h"
-#include "utils/lsyscache.h"
 
 /*
  * The extension's own SQLSTATEs, class IB.  They are part of the API:
@@ -45,29 +43,6 @@
 #define INBOX_MAX_HASH_BYTES		64
 
 /*
- * inbox.entries is range-partitioned by a bucket that the extension
- * computes from the key's UTF-8 form (keys.c, inbox_bucket) and stores in
- * the row.  Its high bits are a hash of the scope alone and name the leaf:
- * a scope's entries all sit in one leaf, so a claim, a batch or a take
- * touches one heap and one set of indexes, as on an unpartitioned table.
- * Its low INBOX_BUCKET_KEY_BITS are a hash of the whole key, which the
- * CHECK entries_bucket compares on every restored row: they catch a
- * message id whose bytes a restore reinterpreted.  Leaf inbox.entries_p<N>
- * holds buckets N << INBOX_BUCKET_KEY_BITS up to the next leaf's; sql/
- * inbox.sql creates exactly these INBOX_LEAVES leaves, and every bucket
- * fits a smallint.
- */
-#define INBOX_LEAVES				8
-#define INBOX_BUCKET_KEY_BITS		11
-#define INBOX_BUCKET_LEAF(bucket)	((bucket) >> INBOX_BUCKET_KEY_BITS)
-
-/* The states of an entry (inbox.entries.state, a "char") */
-#define INBOX_STATE_PENDING			'p'
-#define INBOX_STATE_PROCESSING		'r'
-#define INBOX_STATE_DONE			'd'
-#define INBOX_STATE_DEAD			'x'
-
-/*
  * The extension's advisory locks live in lock spaces of their own: the
  * fourth field of an advisory LOCKTAG, which is 1 or 2 for every lock that
  * pg_advisory_lock() and its kin can take.  So no application key, by
@@ -78,17 +53,5 @@
 
 /* The most a retention may be, in seconds: the range of inbox.retention */
 #define INBOX_MAX_RETENTION_SECONDS	PG_INT32_MAX
-
-/*
- * The OID of table inbox.<relname>, or InvalidOid when it, or schema inbox,
- * does not exist (the extension is not installed).
- */
-static inline Oid
-inbox_relid(const char *relname)
-{
-	Oid			nsp = get_namespace_oid("inbox", true);
-
-	return OidIsValid(nsp) ? get_relname_relid(relname, nsp) : InvalidOid;
-}
 
 #endif							/* INBOX_H */

@@ -23,6 +23,7 @@
 #include "utils/builtins.h"
 
 #include "compat.h"
+#include "entries.h"
 #include "inbox.h"
 #include "keys.h"
 

@@ -41,21 +41,21 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
-#include "claim.h"
+#include "conflicts.h"
 #include "inbox.h"
 #include "keys.h"
+#include "spi.h"
 #include "stats.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim_offset);
 PG_FUNCTION_INFO_V1(inbox_claim_offsets);
 
 /*
- * The plans, kept for the life of the backend (see claim.c).  A plain
+ * The plans, kept for the life of the backend (spi.c).  A plain
  * claim that may have a gap is one UPDATE in the common case, a stream that
  * exists and a new number: under READ COMMITTED an UPDATE that finds the
  * row locked waits, then checks its WHERE against the version that
@@ -142,9 +142,7 @@ lock_mark(Datum *values, int64 *mark)
 	bool		isnull;
 	int			rc = run_plan(offset_plan(&lock_plan, lock_sql, 2), values);
 
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	if (inbox_spi_check(rc, SPI_OK_SELECT, "the lock of a stream's mark") == 0)
 		return false;
 	*mark = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	return true;
@@ -196,9 +194,7 @@ claim_range(text *scope, text *stream, int64 first, int64 last, bool strict)
 	if (first == last && !strict)
 	{
 		rc = run_plan(offset_plan(&advance_plan, advance_sql, 3), values);
-		if (rc != SPI_OK_UPDATE)
-			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 1)
+		if (inbox_spi_check(rc, SPI_OK_UPDATE, "the advance of a stream's mark") == 1)
 		{
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			return first;
@@ -216,9 +212,7 @@ claim_range(text *scope, text *stream, int64 first, int64 last, bool strict)
 		if (lock_mark(values, &mark))
 			break;
 		rc = run_plan(offset_plan(&create_plan, create_sql, 3), values);
-		if (rc != SPI_OK_INSERT)
-			elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 1)
+		if (inbox_spi_check(rc, SPI_OK_INSERT, "the creation of a stream's mark") == 1)
 		{
 			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
 			return first;		/* a new stream: its first claim sets the mark */
@@ -264,8 +258,7 @@ inbox_claim_offset(PG_FUNCTION_ARGS)
 	bool		strict = strict_arg(fcinfo, 3);
 	int64		first_new;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	first_new = claim_range(scope, stream, seq, seq, strict);
 	SPI_finish();
 	PG_RETURN_BOOL(first_new >= 0);
@@ -295,8 +288,7 @@ inbox_claim_offsets(PG_FUNCTION_ARGS)
 				 errmsg("last_seq must not be below first_seq"),
 				 errdetail("The range given is " INT64_FORMAT " to " INT64_FORMAT ".", first, last)));
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 	first_new = claim_range(scope, stream, first, last, strict);
 	SPI_finish();
 	if (first_new < 0)

@@ -40,7 +40,6 @@
 #include <math.h>
 
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -56,6 +55,7 @@
 #include "distributed.h"
 #include "inbox.h"
 #include "purge.h"
+#include "spi.h"
 #include "stats.h"
 #include "version.h"
 
@@ -269,13 +269,6 @@ seconds_interval(int seconds)
 	return result;
 }
 
-static void
-spi_check(int rc, int expected, const char *what)
-{
-	if (rc != expected)
-		elog(ERROR, "%s failed: %s", what, SPI_result_code_string(rc));
-}
-
 /*
  * inbox.settings() -> (retention interval, idle_threshold interval,
  * batch_size integer): the settings in force for this session.  A NULL
@@ -363,7 +356,7 @@ observe_distributed(Datum *settings, MemoryContext cxt)
 	uint64		i;
 	List	   *targets = NIL;
 
-	spi_check(SPI_execute("SELECT DISTINCT e.scope FROM inbox.entries AS e", true, 0),
+	(void) inbox_spi_check(SPI_execute("SELECT DISTINCT e.scope FROM inbox.entries AS e", true, 0),
 			  SPI_OK_SELECT, "listing the scopes of inbox.entries");
 	scopes = SPI_tuptable;
 	nscopes = SPI_processed;
@@ -375,7 +368,7 @@ observe_distributed(Datum *settings, MemoryContext cxt)
 		values[0] = SPI_getbinval(scopes->vals[i], scopes->tupdesc, 1, &isnull);
 		values[1] = settings[0];
 		values[2] = settings[1];
-		spi_check(SPI_execute_with_args("SELECT $1, inbox.observe($1, $2, $3)",
+		(void) inbox_spi_check(SPI_execute_with_args("SELECT $1, inbox.observe($1, $2, $3)",
 										3, types, values, NULL, false, 0),
 				  SPI_OK_SELECT, "inbox.observe");
 		targets = collect_targets(targets, cxt);
@@ -402,7 +395,7 @@ inbox_purge_observe(MemoryContext cxt)
 																	 &idle_threshold)));
 	if (inbox_entries_distributed())
 		return observe_distributed(values, cxt);
-	spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
+	(void) inbox_spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
 									"FROM inbox.scope_list() AS s",
 									2, types, values, NULL, false, 0),
 			  SPI_OK_SELECT, "inbox.observe");
@@ -418,7 +411,7 @@ inbox_purge_leaves(MemoryContext cxt)
 	MemoryContext oldcxt;
 	uint64		i;
 
-	spi_check(SPI_execute("SELECT c.oid FROM pg_catalog.pg_inherits AS i "
+	(void) inbox_spi_check(SPI_execute("SELECT c.oid FROM pg_catalog.pg_inherits AS i "
 						  "JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid "
 						  "WHERE i.inhparent OPERATOR(pg_catalog.=) 'inbox.entries'::pg_catalog.regclass "
 						  "ORDER BY c.relname", true, 0),
@@ -462,7 +455,7 @@ purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more, const char *
 		values[1] = CStringGetTextDatum(target->scope);
 		values[2] = TimestampTzGetDatum(target->cutoff);
 		values[3] = Int32GetDatum((int32) (limit - total));
-		spi_check(SPI_execute_with_args(sql, 4, types, values, NULL, false, 1),
+		(void) inbox_spi_check(SPI_execute_with_args(sql, 4, types, values, NULL, false, 1),
 				  SPI_OK_SELECT, sql);
 		rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
@@ -508,7 +501,7 @@ purge_leaf_at_once(Oid leaf, List *targets, int limit, bool *more)
 	values[2] = PointerGetDatum(construct_array(cutoffs, n, TIMESTAMPTZOID, sizeof(TimestampTz),
 												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = Int32GetDatum(limit);
-	spi_check(SPI_execute_with_args("SELECT scope, purged FROM inbox.purge_leaf($1, $2, $3, $4)",
+	(void) inbox_spi_check(SPI_execute_with_args("SELECT scope, purged FROM inbox.purge_leaf($1, $2, $3, $4)",
 									4, types, values, NULL, false, 0),
 			  SPI_OK_SELECT, "inbox.purge_leaf");
 	for (i = 0; i < SPI_processed; i++)
@@ -577,8 +570,7 @@ purge_round(void)
 	int64		total = 0;
 	int			nestlevel;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	inbox_spi_connect();
 
 	nestlevel = NewGUCNestLevel();
 	inbox_purge_set_lock_timeout(GUC_ACTION_SAVE);

@@ -34,7 +34,6 @@
 #include "storage/lock.h"
 
 #include "compat.h"
-#include "front.h"
 #include "inbox.h"
 #include "session.h"
 
@@ -63,11 +62,7 @@ inbox_owner_key(void)
 
 	owner_locktag(&tag, key);
 	if (!inbox_lock_held(&tag, ExclusiveLock))
-	{
 		(void) LockAcquire(&tag, ExclusiveLock, true, false);
-		/* Its messages are anybody's when it exits (front.c) */
-		inbox_front_watch_owner_exit();
-	}
 	return key;
 }
 

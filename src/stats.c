@@ -33,7 +33,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
@@ -46,10 +45,8 @@
 #include "compat.h"
 #include "inbox.h"
 #include "stats.h"
-#include "version.h"
 
 PG_FUNCTION_INFO_V1(inbox_counters_1_0);
-PG_FUNCTION_INFO_V1(inbox_counters);
 PG_FUNCTION_INFO_V1(inbox_count_failure);
 PG_FUNCTION_INFO_V1(inbox_forget_counters);
 
@@ -81,9 +78,6 @@ typedef struct InboxSharedState
 static InboxSharedState *inbox_shared = NULL;
 static HTAB *inbox_stats_hash = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
 /*
  * Rows purged by this backend's transaction (and its subtransactions), not
  * yet committed.  A handful of scopes per transaction at most, so a short
@@ -99,7 +93,6 @@ typedef struct PendingPurge
 static PendingPurge *pending = NULL;
 static int	npending = 0;
 static int	maxpending = 0;
-static bool callbacks_registered = false;
 
 static Size
 stats_shmem_size(void)
@@ -108,25 +101,21 @@ stats_shmem_size(void)
 					hash_estimate_size(max_scopes, sizeof(InboxStatsEntry)));
 }
 
-static void
+/* The counters' shared memory and lock, asked for at server start */
+void
 stats_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(stats_shmem_size());
 	RequestNamedLWLockTranche("inbox", 1);
 }
 
-static void
-stats_shmem_startup(void)
+/* Find or create the counters; the caller holds AddinShmemInitLock */
+void
+stats_shmem_attach(void)
 {
 	bool		found;
 	HASHCTL		info;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	inbox_shared = ShmemInitStruct("inbox", sizeof(InboxSharedState), &found);
 	if (!found)
 		inbox_shared->lock = &(GetNamedLWLockTranche("inbox"))->lock;
@@ -137,7 +126,6 @@ stats_shmem_startup(void)
 	inbox_stats_hash = ShmemInitHash("inbox scope counters",
 									 max_scopes, max_scopes,
 									 &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
-	LWLockRelease(AddinShmemInitLock);
 }
 
 /*
@@ -159,11 +147,6 @@ stats_init(void)
 							PGC_POSTMASTER,
 							0,
 							NULL, NULL, NULL);
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
 }
 
 static void
@@ -244,44 +227,44 @@ inbox_stats_count(const text *scope, InboxCounter which)
 			  which, 1, 0);
 }
 
-/* Fold the pending purge counts into shared memory, or drop them */
-static void
-stats_xact_callback(XactEvent event, void *arg)
+/*
+ * The end of a transaction (events.c): at commit, fold its purge counts
+ * into shared memory; else drop them (a prepared purge is not counted).
+ */
+void
+stats_xact_end(bool commit)
 {
 	int			i;
 
 	if (npending == 0)
 		return;
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	if (commit)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
 		for (i = 0; i < npending; i++)
 			stats_add(MyDatabaseId, pending[i].scope, strlen(pending[i].scope),
 					  INBOX_COUNT_PURGED, (uint64) pending[i].rows, now);
-		npending = 0;
 	}
-	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-			 event == XACT_EVENT_PREPARE)
-		npending = 0;			/* a prepared purge is not counted */
+	npending = 0;
 }
 
-/* A rolled-back savepoint takes its purge counts with it */
-static void
-stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					   SubTransactionId parentSubid, void *arg)
+/*
+ * The end of a subtransaction (events.c): a rolled-back savepoint takes
+ * its purge counts with it, a released one hands them to its parent.
+ */
+void
+stats_subxact_end(bool commit)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	int			i;
 	int			kept = 0;
 
-	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
-		return;
 	for (i = 0; i < npending; i++)
 	{
 		if (pending[i].nest_level >= level)
 		{
-			if (event == SUBXACT_EVENT_ABORT_SUB)
+			if (!commit)
 				continue;
 			pending[i].nest_level = level - 1;
 		}
@@ -302,13 +285,6 @@ inbox_stats_purged(const char *scope, int64 rows)
 
 	if (inbox_stats_hash == NULL || rows <= 0)
 		return;
-
-	if (!callbacks_registered)
-	{
-		RegisterXactCallback(stats_xact_callback, NULL);
-		RegisterSubXactCallback(stats_subxact_callback, NULL);
-		callbacks_registered = true;
-	}
 
 	for (i = 0; i < npending; i++)
 	{
@@ -398,8 +374,8 @@ inbox_stats_keep_databases(const Oid *dbids, int ndbids)
  * The SQL of every version this library serves declares seven columns
  * (scope, claims, duplicates, mismatches, purged, last_purge, failures).
  */
-static void
-counters(FunctionCallInfo fcinfo)
+void
+inbox_stats_materialize(FunctionCallInfo fcinfo)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HASH_SEQ_STATUS status;
@@ -440,15 +416,7 @@ counters(FunctionCallInfo fcinfo)
 Datum
 inbox_counters_1_0(PG_FUNCTION_ARGS)
 {
-	counters(fcinfo);
-	return (Datum) 0;
-}
-
-Datum
-inbox_counters(PG_FUNCTION_ARGS)
-{
-	inbox_require_previous_sql();
-	counters(fcinfo);
+	inbox_stats_materialize(fcinfo);
 	return (Datum) 0;
 }
 

@@ -10,6 +10,8 @@
 #ifndef INBOX_STATS_H
 #define INBOX_STATS_H
 
+#include "fmgr.h"
+
 typedef enum InboxCounter
 {
 	INBOX_COUNT_CLAIM,
@@ -20,9 +22,14 @@ typedef enum InboxCounter
 } InboxCounter;
 
 extern void stats_init(void);
+extern void stats_shmem_request(void);
+extern void stats_shmem_attach(void);
+extern void stats_xact_end(bool commit);
+extern void stats_subxact_end(bool commit);
 extern void inbox_stats_count(const text *scope, InboxCounter which);
 extern void inbox_stats_purged(const char *scope, int64 rows);
 extern void inbox_stats_forget(Oid dbid, const char *scope);
+extern void inbox_stats_materialize(FunctionCallInfo fcinfo);
 extern void inbox_stats_keep_databases(const Oid *dbids, int ndbids);
 
 #endif							/* INBOX_STATS_H */

@@ -10,8 +10,8 @@
  * by a hash of its name:
  *
  *	- a transaction that makes a message takeable (a receive, a retry after
- *	  inbox_fail, a requeue) notes its scope's slot; when it commits, the
- *	  transaction callback below bumps the slot's generation and wakes every
+ *	  inbox_fail, a requeue) notes its scope's slot (events.c); when it
+ *	  commits, wakeup_xact_end() bumps the slot's generation and wakes every
  *	  take sleeping on it.  Waking at commit, not at the INSERT, is what
  *	  lets the woken take see the message;
  *	- a waiting take reads the generation before each attempt, and sleeps
@@ -32,23 +32,17 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "port/pg_bitutils.h"
 #include "storage/condition_variable.h"
-#include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/wait_event.h"
 
 #include "compat.h"
-#include "front.h"
-#include "keys.h"
 #include "wakeup.h"
-
-PG_FUNCTION_INFO_V1(inbox_wake_takers);
 
 /* Slots; a power of two, so that a scope's slot is a mask of its hash */
 #define WAKEUP_SLOTS	256
@@ -65,26 +59,19 @@ static WakeupSlot *wakeup_slots = NULL;
 static uint64 pending_wakeups[WAKEUP_SLOTS / 64];
 static bool pending_any = false;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-static void
+/* The slots' shared memory, asked for at server start */
+void
 wakeup_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(mul_size(WAKEUP_SLOTS, sizeof(WakeupSlot)));
 }
 
-static void
-wakeup_shmem_startup(void)
+/* Find or create the slots; the caller holds AddinShmemInitLock */
+void
+wakeup_shmem_attach(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	wakeup_slots = ShmemInitStruct("inbox wakeups",
 								   mul_size(WAKEUP_SLOTS, sizeof(WakeupSlot)), &found);
 	if (!found)
@@ -95,19 +82,25 @@ wakeup_shmem_startup(void)
 			pg_atomic_init_u64(&wakeup_slots[i].generation, 0);
 		}
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
 
 /*
- * At commit, wake the takes of every slot noted; at abort, forget them.
- * XACT_EVENT_COMMIT comes after the transaction became visible to others.
+ * The end of a transaction (events.c): at commit, wake the takes of every
+ * slot noted; either way, forget the notes.  The commit is visible to
+ * others by then.
+ *
+ * A prepared transaction ends as an abort here: it commits later, from
+ * whichever session runs COMMIT PREPARED, where nothing is noted, and its
+ * messages are found by the waiting takes' next look, at the end of their
+ * wait at the latest.  Its notes must not wake anyone at this session's
+ * next commit either.
  */
-static void
-wakeup_xact_callback(XactEvent event, void *arg)
+void
+wakeup_xact_end(bool commit)
 {
 	if (!pending_any)
 		return;
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+	if (commit)
 	{
 		for (int w = 0; w < WAKEUP_SLOTS / 64; w++)
 		{
@@ -124,38 +117,8 @@ wakeup_xact_callback(XactEvent event, void *arg)
 			}
 		}
 	}
-	/*
-	 * A prepared transaction commits later, from whichever session runs
-	 * COMMIT PREPARED, where nothing is noted: its messages are found by
-	 * the waiting takes' next look, at the end of their wait at the
-	 * latest.  Its marks must not wake anyone at this session's next
-	 * commit either.
-	 */
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
-		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_PREPARE)
-	{
-		memset(pending_wakeups, 0, sizeof(pending_wakeups));
-		pending_any = false;
-	}
-}
-
-void
-wakeup_init(void)
-{
-	/*
-	 * Marks left by a transaction are dropped at its end, whether or not
-	 * the slots exist, so the callback is needed in every backend that
-	 * loads the library; it costs one test per transaction end.
-	 */
-	RegisterXactCallback(wakeup_xact_callback, NULL);
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = wakeup_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = wakeup_shmem_startup;
+	memset(pending_wakeups, 0, sizeof(pending_wakeups));
+	pending_any = false;
 }
 
 bool
@@ -208,21 +171,4 @@ inbox_wakeup_sleep(const text *scope, uint64 generation, long timeout_ms)
 		(void) ConditionVariableTimedSleep(&slot->cv, timeout_ms, PG_WAIT_EXTENSION);
 	ConditionVariableCancelSleep();
 	CHECK_FOR_INTERRUPTS();
-}
-
-/*
- * inbox.wake_takers(scope text): for the SQL functions that make a message
- * takeable again, or move when it is (inbox_fail with a retry,
- * inbox_requeue, inbox_extend, inbox_drop_scope).  They lock what they
- * change, and move its due to their clock or later: the scope's front must
- * hear of their end too (src/front.c).
- */
-Datum
-inbox_wake_takers(PG_FUNCTION_ARGS)
-{
-	text	   *scope = PG_GETARG_TEXT_PP(0);
-
-	inbox_front_note(inbox_scope_leaf(scope), scope, false);
-	inbox_wakeup_note(scope);
-	PG_RETURN_VOID();
 }

@@ -12,7 +12,9 @@
 
 #include "datatype/timestamp.h"
 
-extern void wakeup_init(void);
+extern void wakeup_shmem_request(void);
+extern void wakeup_shmem_attach(void);
+extern void wakeup_xact_end(bool commit);
 extern void inbox_wakeup_note(const text *scope);
 extern bool inbox_wakeup_available(void);
 extern uint64 inbox_wakeup_generation(const text *scope);

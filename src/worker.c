@@ -45,7 +45,6 @@
 #include "catalog/pg_type.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -64,6 +63,7 @@
 #include "distributed.h"
 #include "inbox.h"
 #include "purge.h"
+#include "spi.h"
 #include "stats.h"
 #include "version.h"
 #include "worker.h"
@@ -405,8 +405,7 @@ run_step(const char *activity, void (*step) (PurgeRound *), PurgeRound *round)
 	StartTransactionCommand();
 	PG_TRY();
 	{
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
+		inbox_spi_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pgstat_report_activity(STATE_RUNNING, activity);
 		inbox_purge_set_lock_timeout(GUC_ACTION_LOCAL);

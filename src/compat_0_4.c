@@ -1,55 +1,80 @@
 /*-------------------------------------------------------------------------
  *
- * admin.c
- *	  The C entry points that the SQL of 0.4.0 binds for
- *	  its administration functions: inbox_set_retention, inbox_drop_scope
- *	  and inbox_stats_reset.
+ * compat_0_4.c
+ *	  The C entry points that the SQL of 0.4.0 binds: inbox_claim,
+ *	  inbox_receive, inbox_status, the counters, and the administration
+ *	  functions inbox_set_retention, inbox_drop_scope and inbox_stats_reset.
  *
- * The SQL of 1.0.0 and later defines them as SQL functions (sql/inbox.sql):
- * nothing in them needs C but the shared-memory counters, which
- * inbox.forget_counters() reaches.  The library keeps these entry points so
- * that a database still at 0.4.0 keeps working until ALTER EXTENSION inbox
- * UPDATE (version.c).  They do what the SQL versions do, including the
- * bound on a retention.
+ * The library keeps them so that a database still at 0.4.0 keeps working
+ * between "make install" and ALTER EXTENSION inbox UPDATE.  Each checks
+ * first that the database really is at 0.4.0 (version.c), then does what
+ * the current version does: the claim path with 0.4.0's table, which has
+ * no bucket, and the administration functions, which the SQL of 1.0.0 and
+ * later defines in SQL, as statements of their own, including the bound
+ * on a retention.
  *
- * src/admin.c
+ * src/compat_0_4.c
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "claim.h"
 #include "inbox.h"
 #include "keys.h"
+#include "spi.h"
 #include "stats.h"
 #include "version.h"
 
+PG_FUNCTION_INFO_V1(inbox_claim);
+PG_FUNCTION_INFO_V1(inbox_status);
+PG_FUNCTION_INFO_V1(inbox_receive_json);
+PG_FUNCTION_INFO_V1(inbox_receive_bytes);
+PG_FUNCTION_INFO_V1(inbox_counters);
 PG_FUNCTION_INFO_V1(inbox_set_retention);
 PG_FUNCTION_INFO_V1(inbox_drop_scope);
 PG_FUNCTION_INFO_V1(inbox_stats_reset);
 
-/* Run one statement in an SPI connection of its own; the rows it touched */
-static uint64
-run(const char *sql, int nargs, Oid *types, Datum *values, const char *nulls,
-	int expected)
+Datum
+inbox_claim(PG_FUNCTION_ARGS)
 {
-	int			rc;
-	uint64		processed;
+	inbox_require_previous_sql();
+	return inbox_claim_call(fcinfo, true);
+}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
-	if (rc != expected)
-		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
-	processed = SPI_processed;
-	SPI_finish();
-	return processed;
+Datum
+inbox_receive_json(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	return inbox_receive_call(fcinfo, true, true);
+}
+
+Datum
+inbox_receive_bytes(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	return inbox_receive_call(fcinfo, false, true);
+}
+
+Datum
+inbox_status(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	return inbox_status_call(fcinfo, true);
+}
+
+Datum
+inbox_counters(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	inbox_stats_materialize(fcinfo);
+	return (Datum) 0;
 }
 
 /* inbox_set_retention(scope text, retention interval) -> void */
@@ -84,7 +109,7 @@ inbox_set_retention(PG_FUNCTION_ARGS)
 							   DatumGetCString(DirectFunctionCall1(interval_out, values[1]))),
 					 errhint("Pass NULL to go back to inbox.retention.")));
 	}
-	(void) run("INSERT INTO inbox.scopes (scope, retention) VALUES ($1, $2) "
+	(void) inbox_execute_alone("INSERT INTO inbox.scopes (scope, retention) VALUES ($1, $2) "
 		"ON CONFLICT (scope) DO UPDATE SET retention = EXCLUDED.retention",
 		2, types, values, nulls, SPI_OK_INSERT);
 	PG_RETURN_VOID();
@@ -102,9 +127,9 @@ inbox_drop_scope(PG_FUNCTION_ARGS)
 	inbox_require_previous_sql();
 	scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	values[0] = PointerGetDatum(scope);
-	removed = (int64) run("DELETE FROM inbox.entries WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\"",
+	removed = (int64) inbox_execute_alone("DELETE FROM inbox.entries WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\"",
 						  1, types, values, NULL, SPI_OK_DELETE);
-	(void) run("DELETE FROM inbox.scopes WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\"",
+	(void) inbox_execute_alone("DELETE FROM inbox.scopes WHERE scope OPERATOR(pg_catalog.=) $1 COLLATE pg_catalog.\"C\"",
 		1, types, values, NULL, SPI_OK_DELETE);
 	inbox_stats_forget(MyDatabaseId, text_to_cstring(scope));
 	PG_RETURN_INT64(removed);
@@ -116,7 +141,7 @@ inbox_stats_reset(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
 	inbox_stats_forget(MyDatabaseId, NULL);
-	(void) run("UPDATE inbox.scopes AS s SET retained = "
+	(void) inbox_execute_alone("UPDATE inbox.scopes AS s SET retained = "
 		"(SELECT pg_catalog.count(*) FROM inbox.entries AS e "
 		" WHERE e.scope OPERATOR(pg_catalog.=) s.scope)",
 		0, NULL, NULL, NULL, SPI_OK_UPDATE);

@@ -1,0 +1,744 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim_many.c
+ *	  inbox_claim_many and inbox_receive_many: a consumer's whole batch in
+ *	  one call, in the caller's transaction, with the arbitration of the
+ *	  single claim (claim.c) for each id.
+ *
+ * One INSERT ... ON CONFLICT DO NOTHING of all the ids, then one read of
+ * the entries of those it did not insert.  The INSERT takes the ids in
+ * byte order, so two batches that share ids lock them in the same order
+ * and cannot deadlock with each other.  An id that appears twice in the
+ * batch is claimed once; its later copies are duplicates (or mismatches,
+ * if their hashes differ).  A batch of claims is written by direct.c
+ * where it can, id by id in that order, with the executor's arbitration
+ * for each.
+ *
+ * src/claim_many.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "claim_internal.h"
+#include "conflicts.h"
+#include "direct.h"
+#include "distributed.h"
+#include "events.h"
+#include "inbox.h"
+#include "keys.h"
+#include "spi.h"
+#include "stats.h"
+
+PG_FUNCTION_INFO_V1(inbox_claim_many_1_0);
+PG_FUNCTION_INFO_V1(inbox_receive_many_json);
+PG_FUNCTION_INFO_V1(inbox_receive_many_bytes);
+
+/* The most ids one call takes: a batch, not a bulk load */
+#define INBOX_MAX_BATCH 10000
+
+/* What a batch does: claim its ids, or receive its messages */
+typedef enum BatchKind
+{
+	BATCH_CLAIM,				/* inbox_claim_many */
+	BATCH_RECEIVE_JSON,			/* inbox_receive_many, jsonb payloads */
+	BATCH_RECEIVE_BYTES			/* inbox_receive_many, bytea payloads */
+} BatchKind;
+
+/* One call of inbox_claim_many or inbox_receive_many */
+typedef struct Batch
+{
+	BatchKind	kind;
+	text	   *scope;
+	int			n;				/* the ids given */
+	struct BatchItem *items;	/* they, in the order given */
+	bool		raise;			/* on_mismatch = 'raise' */
+	Datum		not_before;		/* receives only; 0 if none */
+	const char *done;			/* the status of an id written: claimed, received */
+	SPIPlanPtr	insert;			/* its INSERT's plan; NULL: one per id */
+} Batch;
+
+/* One id of the batch, as given */
+typedef struct BatchItem
+{
+	int			position;		/* 1-based, in the arrays given */
+	text	   *message_id;
+	bytea	   *payload_hash;	/* NULL: no content check */
+	Datum		payload;		/* receives only */
+	int			first;			/* index of its first copy in the batch */
+	const char *status;
+	bytea	   *stored_hash;	/* first copies: the hash the entry now has */
+} BatchItem;
+
+static const char *const insert_many_sql =
+"INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash) "
+"SELECT $1, u.m, u.b, u.h "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)) AS u(m, b, h) "
+"ORDER BY u.m COLLATE pg_catalog.\"C\" "
+"ON CONFLICT (scope, message_id, bucket) DO NOTHING "
+"RETURNING message_id";
+
+/* %s is the payload's column: payload (jsonb) or payload_bytes */
+static const char *const receive_many_sql =
+"INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash, state, %s, due) "
+"SELECT $1, u.m, u.b, u.h, 'p', u.p, GREATEST($6, pg_catalog.now()) "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), "
+"pg_catalog.unnest($5)) AS u(m, b, h, p) "
+"ORDER BY u.m COLLATE pg_catalog.\"C\" "
+"ON CONFLICT (scope, message_id, bucket) DO NOTHING "
+"RETURNING message_id";
+
+static const char *const lookup_many_sql =
+"SELECT message_id, received_at, payload_hash, state FROM inbox.entries "
+"WHERE scope OPERATOR(pg_catalog.=) $1 "
+"AND message_id OPERATOR(pg_catalog.=) ANY ($2)";
+
+/*
+ * Their plans, generic too: a custom plan would be made for every batch,
+ * since the arrays' sizes change its estimates, and nothing in the plan
+ * depends on them.
+ */
+static SPIPlanPtr insert_many_plan = NULL;
+static SPIPlanPtr receive_many_plans[2] = {NULL, NULL};	/* jsonb, bytea */
+static SPIPlanPtr lookup_many_plan = NULL;
+
+static int
+compare_text(const text *a, const text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/* Batch items in byte order of their ids, then in the order given */
+static int
+compare_items(const void *a, const void *b)
+{
+	const BatchItem *x = *(BatchItem *const *) a;
+	const BatchItem *y = *(BatchItem *const *) b;
+	int			c = compare_text(x->message_id, y->message_id);
+
+	return c != 0 ? c : x->position - y->position;
+}
+
+/* The first copy of id among the sorted items, or NULL */
+static BatchItem *
+find_item(BatchItem **sorted, int n, const text *id)
+{
+	int			lo = 0;
+	int			hi = n - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = (lo + hi) / 2;
+		int			c = compare_text(sorted[mid]->message_id, id);
+
+		if (c == 0)
+		{
+			while (mid > 0 && compare_text(sorted[mid - 1]->message_id, id) == 0)
+				mid--;
+			return sorted[mid];
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
+static void
+raise_batch_mismatch(text *scope, BatchItem *item, bytea *stored, const char *where)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INBOX_PAYLOAD_MISMATCH),
+			 errmsg("message \"%s\" in scope \"%s\" was already received with a different payload",
+					inbox_quote(item->message_id), inbox_quote(scope)),
+			 errdetail("%s with payload hash %s; message_ids[%d] has payload hash %s.",
+					   where, inbox_hex(stored), item->position, inbox_hex(item->payload_hash)),
+			 errhint("Nothing of this batch was claimed. Pass on_mismatch => 'return' to claim the rest "
+					 "and get the mismatches as rows.")));
+}
+
+/* A mismatch: raise, or report it as the item's status */
+static void
+batch_mismatch(text *scope, BatchItem *item, bool raise, bytea *stored,
+			   const char *where)
+{
+	inbox_stats_count(scope, INBOX_COUNT_MISMATCH);
+	if (raise)
+		raise_batch_mismatch(scope, item, stored, where);
+	item->status = "mismatch";
+}
+
+/* An existing entry's hash against the item's: the status of a duplicate */
+static void
+batch_duplicate(text *scope, BatchItem *item, bool raise, bytea *stored,
+				const char *where)
+{
+	if (item->payload_hash != NULL && stored != NULL &&
+		!claim_hashes_equal(item->payload_hash, stored))
+		batch_mismatch(scope, item, raise, stored, where);
+	else
+	{
+		inbox_stats_count(scope, INBOX_COUNT_DUPLICATE);
+		item->status = "duplicate";
+	}
+}
+
+/* item's entry was written by this batch */
+static void
+batch_written(Batch *batch, BatchItem *item)
+{
+	item->status = batch->done;
+	item->stored_hash = item->payload_hash;
+	inbox_stats_count(batch->scope, INBOX_COUNT_CLAIM);
+}
+
+/*
+ * A batch's INSERT as one single claim (or receive) per id, in pending's
+ * order, for a distributed inbox.entries (see claim_many).  Returns how
+ * many were written.
+ */
+static uint64
+insert_each(Batch *batch, BatchItem **pending, int npending)
+{
+	bool		receive = batch->kind != BATCH_CLAIM;
+	uint64		inserted = 0;
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		BatchItem  *item = pending[i];
+		KeyPlans	kp = {false, inbox_bucket(batch->scope, item->message_id)};
+		Datum		values[6];
+		char		nulls[6] = {' ', ' ', ' ', 'n', 'n', 'n'};
+
+		values[0] = PointerGetDatum(batch->scope);
+		values[1] = PointerGetDatum(item->message_id);
+		values[2] = PointerGetDatum(item->payload_hash);
+		nulls[2] = item->payload_hash != NULL ? ' ' : 'n';
+		if (receive)
+		{
+			int			col = batch->kind == BATCH_RECEIVE_JSON ? 3 : 4;
+
+			values[col] = item->payload;
+			nulls[col] = ' ';
+			values[5] = batch->not_before;
+			nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+		}
+		if (claim_insert_entry(&kp, receive ? KEY_RECEIVE : KEY_INSERT, values, nulls,
+						 batch->scope, item->message_id, item->payload_hash, false))
+		{
+			batch_written(batch, item);
+			inserted++;
+		}
+	}
+	return inserted;
+}
+
+/* One batch's claims written by direct.c (run by run_bounded) */
+typedef struct BatchDirectCall
+{
+	Batch	   *batch;
+	BatchItem **pending;
+	int			npending;
+	uint64		inserted;
+} BatchDirectCall;
+
+/*
+ * A batch's claims, in pending's order, each written as a single claim's
+ * would be by direct.c, with the executor's arbitration per id (see
+ * claim_many).  A leaf that direct.c cannot write takes the single claim's
+ * INSERT.  INBOX_DIRECT_UNAVAILABLE, having written nothing, where claims
+ * must take SPI.
+ */
+static int
+batch_direct_call(void *arg)
+{
+	BatchDirectCall *c = (BatchDirectCall *) arg;
+	Batch	   *batch = c->batch;
+	InboxDirectWriter *w = inbox_direct_begin("INSERT");
+	int			i;
+
+	if (w == NULL)
+		return INBOX_DIRECT_UNAVAILABLE;
+	for (i = 0; i < c->npending; i++)
+	{
+		BatchItem  *item = c->pending[i];
+		KeyPlans	kp = {false, inbox_bucket(batch->scope, item->message_id)};
+		InboxDirectResult r;
+		bool		written;
+
+		CHECK_FOR_INTERRUPTS();
+		r = inbox_direct_write(w, kp.bucket, batch->scope, item->message_id, item->payload_hash);
+		if (r == INBOX_DIRECT_UNAVAILABLE)
+		{
+			Datum		values[3];
+			char		nulls[3] = {' ', ' ', ' '};
+
+			values[0] = PointerGetDatum(batch->scope);
+			values[1] = PointerGetDatum(item->message_id);
+			values[2] = PointerGetDatum(item->payload_hash);
+			nulls[2] = item->payload_hash != NULL ? ' ' : 'n';
+			written = claim_insert_entry(&kp, KEY_INSERT, values, nulls,
+								   batch->scope, item->message_id, item->payload_hash, false);
+		}
+		else
+			written = r == INBOX_DIRECT_WRITTEN;
+		if (written)
+		{
+			batch_written(batch, item);
+			c->inserted++;
+		}
+	}
+	inbox_direct_end(w);
+	return INBOX_DIRECT_WRITTEN;
+}
+
+/*
+ * Claim the first copies in pending (sorted by id) that have no status yet:
+ * insert them, then read the entries of those not inserted.  Returns how
+ * many are left without a status (their entry was deleted between the two
+ * statements), to be tried again.
+ */
+static int
+claim_batch_round(Batch *batch, BatchItem **pending, int npending)
+{
+	text	   *scope = batch->scope;
+	bool		raise = batch->raise;
+	Datum	   *ids = palloc(sizeof(Datum) * npending);
+	Datum	   *buckets = palloc(sizeof(Datum) * npending);
+	Datum	   *hashes = palloc(sizeof(Datum) * npending);
+	Datum	   *payloads = palloc(sizeof(Datum) * npending);
+	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
+	int			dims[1];
+	int			lbs[1] = {1};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	SPIPlanPtr	plan = batch->insert;
+	BatchDirectCall direct = {batch, pending, npending, 0};
+	int			rc;
+	int			i;
+	int			left = 0;
+	uint64		inserted;
+	uint64		r;
+
+	for (i = 0; i < npending; i++)
+	{
+		ids[i] = PointerGetDatum(pending[i]->message_id);
+		buckets[i] = Int16GetDatum((int16) inbox_bucket(scope, pending[i]->message_id));
+		hashes[i] = PointerGetDatum(pending[i]->payload_hash);
+		hash_nulls[i] = (pending[i]->payload_hash == NULL);
+		payloads[i] = pending[i]->payload;
+	}
+	dims[0] = npending;
+	values[0] = PointerGetDatum(scope);
+	values[1] = PointerGetDatum(construct_array(ids, npending, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array(buckets, npending, INT2OID, 2, true, TYPALIGN_SHORT));
+	values[3] = PointerGetDatum(construct_md_array(hashes, hash_nulls, 1, dims, lbs,
+												   BYTEAOID, -1, false, TYPALIGN_INT));
+	if (batch->kind != BATCH_CLAIM)
+	{
+		bool		is_jsonb = batch->kind == BATCH_RECEIVE_JSON;
+
+		values[4] = PointerGetDatum(construct_array(payloads, npending,
+													is_jsonb ? JSONBOID : BYTEAOID,
+													-1, false, TYPALIGN_INT));
+		values[5] = batch->not_before;
+		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+	}
+
+	if (batch->kind == BATCH_CLAIM && plan != NULL &&
+		inbox_run_bounded(batch_direct_call, &direct, scope, NULL, "message") != INBOX_DIRECT_UNAVAILABLE)
+		inserted = direct.inserted;
+	else if (plan == NULL)
+		inserted = insert_each(batch, pending, npending);
+	else
+	{
+		/* The INSERT, bounded by inbox.claim_timeout like a single claim's */
+		rc = inbox_execute_bounded(plan, values, nulls, scope, NULL, "message");
+		(void) inbox_spi_check(rc, SPI_OK_INSERT_RETURNING, "the INSERT of a batch");
+		for (r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			text	   *id = DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[r],
+														  SPI_tuptable->tupdesc, 1, &isnull));
+			BatchItem  *item = find_item(pending, npending, id);
+
+			if (item == NULL)
+				elog(ERROR, "inbox_claim_many: the INSERT returned an id not in the batch");
+			batch_written(batch, item);
+		}
+		inserted = SPI_processed;
+	}
+	if (inserted == (uint64) npending)
+		return 0;
+
+	/* The others conflicted: read what is there */
+	(void) inbox_execute_plan(lookup_many_plan, values, NULL, SPI_OK_SELECT,
+							  "the lookup of a batch");
+	for (r = 0; r < SPI_processed; r++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		text	   *id = DatumGetTextPP(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		Datum		d = SPI_getbinval(tuple, tupdesc, 3, &isnull);
+		bytea	   *stored = isnull ? NULL : DatumGetByteaPP(d);
+		BatchItem  *item = find_item(pending, npending, id);
+		char	   *where;
+
+		if (item == NULL || item->status != NULL)
+			continue;			/* inserted just now */
+		where = psprintf("First received at %s",
+						 timestamptz_to_str(DatumGetTimestampTz(SPI_getbinval(tuple, tupdesc, 2, &isnull))));
+		batch_duplicate(scope, item, raise, stored, where);
+		/* Kept past SPI_finish, for the later copies of the id */
+		if (stored != NULL)
+		{
+			item->stored_hash = SPI_palloc(VARSIZE_ANY(stored));
+			memcpy(item->stored_hash, stored, VARSIZE_ANY(stored));
+		}
+	}
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i]->status == NULL)
+			pending[left++] = pending[i];
+	}
+	return left;
+}
+
+/* A one-dimensional array argument, deconstructed; NULL elements allowed */
+static int
+array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
+		  Datum **elems, bool **nulls)
+{
+	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(argno);
+	int			n;
+
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", name)));
+	deconstruct_array(array, type, -1, false, TYPALIGN_INT, elems, nulls, &n);
+	return n;
+}
+
+/* on_mismatch: true for 'raise', false for 'return' */
+static bool
+on_mismatch_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *mode;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("on_mismatch must not be null")));
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (strcmp(mode, "return") == 0)
+		return false;
+	if (strcmp(mode, "raise") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("on_mismatch must be \"raise\" or \"return\""),
+				 errdetail("It is \"%s\".", inbox_quote(PG_GETARG_TEXT_PP(argno)))));
+	return true;
+}
+
+/*
+ * The batch's arguments, every one checked before anything is written:
+ * claim (scope, ids, hashes, on_mismatch); receive (scope, ids, payloads,
+ * hashes, not_before, on_mismatch).
+ */
+static void
+batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
+{
+	bool		receive = kind != BATCH_CLAIM;
+	bool		is_jsonb = kind == BATCH_RECEIVE_JSON;
+	int			hashes_arg = receive ? 3 : 2;
+	int			mode_arg = receive ? 5 : 3;
+	Datum	   *ids;
+	bool	   *id_nulls;
+	Datum	   *hashes = NULL;
+	bool	   *hash_nulls = NULL;
+	Datum	   *payloads = NULL;
+	bool	   *payload_nulls = NULL;
+	int			n;
+	int			i;
+
+	batch->kind = kind;
+	batch->scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("message_ids must not be null")));
+	batch->raise = on_mismatch_arg(fcinfo, mode_arg);
+	batch->not_before = receive && !PG_ARGISNULL(4) ? PG_GETARG_DATUM(4) : (Datum) 0;
+	batch->done = receive ? "received" : "claimed";
+
+	n = array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message_ids must not be empty"),
+				 errhint("A batch claims at least one message.")));
+	if (n > INBOX_MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many message_ids in one batch"),
+				 errdetail("The batch has %d ids; the limit is %d.", n, INBOX_MAX_BATCH),
+				 errhint("Split the batch: each call is one statement, whose locks are held to commit.")));
+	if (receive)
+	{
+		int			npayloads;
+
+		if (PG_ARGISNULL(2))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("payloads must not be null"),
+					 errhint("A received message is processed later from its stored payload.")));
+		npayloads = array_arg(fcinfo, 2, "payloads", is_jsonb ? JSONBOID : BYTEAOID,
+							  &payloads, &payload_nulls);
+		if (npayloads != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("payloads must have one element per message id"),
+					 errdetail("There are %d message ids and %d payloads.", n, npayloads)));
+	}
+	if (!PG_ARGISNULL(hashes_arg))
+	{
+		int			nhashes = array_arg(fcinfo, hashes_arg, "payload_hashes", BYTEAOID,
+										&hashes, &hash_nulls);
+
+		if (nhashes != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("payload_hashes must have one element per message id"),
+					 errdetail("There are %d message ids and %d payload hashes.", n, nhashes),
+					 errhint("Pass NULL for payload_hashes to skip the content check, or NULL elements for some ids.")));
+	}
+
+	batch->n = n;
+	batch->items = palloc0(sizeof(BatchItem) * n);
+	for (i = 0; i < n; i++)
+	{
+		BatchItem  *item = &batch->items[i];
+		char		name[32];
+
+		snprintf(name, sizeof(name), "message_ids[%d]", i + 1);
+		item->position = i + 1;
+		item->message_id = inbox_check_key_datum(ids[i], id_nulls[i], name,
+												 INBOX_MAX_MESSAGE_ID_BYTES);
+		snprintf(name, sizeof(name), "payload_hashes[%d]", i + 1);
+		if (hashes != NULL)
+			item->payload_hash = inbox_check_hash_datum(hashes[i], hash_nulls[i], name);
+		if (receive)
+		{
+			if (payload_nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("payloads[%d] must not be null", i + 1)));
+			item->payload = payloads[i];
+			/* as for one receive: the hash of the payload, unless given */
+			if (item->payload_hash == NULL)
+				item->payload_hash = claim_payload_digest(payloads[i], is_jsonb);
+		}
+	}
+}
+
+/*
+ * The first copy of each id, sorted by id, into pending; returns how many.
+ * Later copies of an id are duplicates of its first copy: with on_mismatch
+ * 'raise', one whose hash differs from its first copy's raises now.
+ */
+static int
+batch_first_copies(Batch *batch, BatchItem **pending)
+{
+	BatchItem  *items = batch->items;
+	BatchItem **sorted = palloc(sizeof(BatchItem *) * batch->n);
+	int			npending = 0;
+	int			i;
+
+	for (i = 0; i < batch->n; i++)
+		sorted[i] = &items[i];
+	qsort(sorted, batch->n, sizeof(BatchItem *), compare_items);
+	for (i = 0; i < batch->n; i++)
+	{
+		if (i > 0 && compare_text(sorted[i]->message_id, sorted[i - 1]->message_id) == 0)
+			sorted[i]->first = sorted[i - 1]->first;
+		else
+		{
+			sorted[i]->first = sorted[i]->position - 1;
+			pending[npending++] = sorted[i];
+		}
+	}
+	pfree(sorted);
+
+	for (i = 0; batch->raise && i < batch->n; i++)
+	{
+		BatchItem  *first = &items[items[i].first];
+
+		if (first != &items[i] && items[i].payload_hash != NULL && first->payload_hash != NULL &&
+			!claim_hashes_equal(items[i].payload_hash, first->payload_hash))
+		{
+			inbox_stats_count(batch->scope, INBOX_COUNT_MISMATCH);
+			raise_batch_mismatch(batch->scope, &items[i], first->payload_hash,
+								 psprintf("message_ids[%d] of the same batch has it", first->position));
+		}
+	}
+	return npending;
+}
+
+/* The plans of the batch's statements, made on first use */
+static void
+batch_plans(Batch *batch)
+{
+	bool		is_jsonb = batch->kind == BATCH_RECEIVE_JSON;
+	SPIPlanPtr *receive_plan = &receive_many_plans[is_jsonb ? 0 : 1];
+
+	if (batch->kind != BATCH_CLAIM && *receive_plan == NULL)
+	{
+		Oid			types[6] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
+		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID};
+
+		*receive_plan = inbox_keep_plan(psprintf(receive_many_sql,
+												 is_jsonb ? "payload" : "payload_bytes"),
+										6, types, CURSOR_OPT_GENERIC_PLAN);
+	}
+	if (insert_many_plan == NULL)
+	{
+		Oid			types[4] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID};
+
+		insert_many_plan = inbox_keep_plan(insert_many_sql, 4, types, CURSOR_OPT_GENERIC_PLAN);
+	}
+	if (lookup_many_plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+
+		lookup_many_plan = inbox_keep_plan(lookup_many_sql, 2, types, CURSOR_OPT_GENERIC_PLAN);
+	}
+
+	/*
+	 * Citus runs an INSERT ... SELECT into a distributed table through the
+	 * coordinator, and its RETURNING rows then disagree with the count SPI
+	 * checks them against.  So there, each id gets the single claim's (or
+	 * receive's) INSERT, in the same order: the same arbitration per id.
+	 */
+	if (inbox_entries_distributed())
+		batch->insert = NULL;
+	else
+		batch->insert = batch->kind != BATCH_CLAIM ? *receive_plan : insert_many_plan;
+}
+
+/* One row per id given, in the order given */
+static void
+batch_results(FunctionCallInfo fcinfo, Batch *batch)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+
+	for (i = 0; i < batch->n; i++)
+	{
+		BatchItem  *item = &batch->items[i];
+		BatchItem  *first = &batch->items[item->first];
+		Datum		values[3];
+		bool		nulls[3] = {false, false, false};
+
+		/*
+		 * A later copy is checked against what the entry holds now: the
+		 * first copy's content if that copy was written, else the stored
+		 * entry's, so that a copy matching the entry is a duplicate even
+		 * when the first copy mismatched.  (Only with on_mismatch =>
+		 * 'return': otherwise copies that differ raised before.)
+		 */
+		if (first != item)
+			batch_duplicate(batch->scope, item, batch->raise, first->stored_hash,
+							psprintf("message_ids[%d] of the same batch has it", first->position));
+		values[0] = Int32GetDatum(item->position);
+		values[1] = PointerGetDatum(item->message_id);
+		values[2] = CStringGetTextDatum(item->status);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+/*
+ * inbox_claim_many(scope text, message_ids text[], payload_hashes bytea[],
+ *					on_mismatch text)
+ *		-> SETOF (ordinality integer, message_id text, status text)
+ *
+ * One row per id given, in the order given: status 'claimed' (apply the
+ * effect), 'duplicate' (already processed, or an earlier copy in this
+ * batch), or 'mismatch' (with on_mismatch => 'return' only; by default a
+ * mismatch raises IB002 and nothing of the batch is claimed).
+ */
+static Datum
+claim_many(FunctionCallInfo fcinfo, BatchKind kind)
+{
+	Batch		batch;
+	BatchItem **pending;
+	int			npending;
+	int			attempt;
+
+	batch_args(fcinfo, kind, &batch);
+	pending = palloc(sizeof(BatchItem *) * batch.n);
+	npending = batch_first_copies(&batch, pending);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	inbox_spi_connect();
+	batch_plans(&batch);
+	for (attempt = 1; npending > 0; attempt++)
+	{
+		npending = claim_batch_round(&batch, pending, npending);
+		if (npending > 0 && attempt >= CLAIM_MAX_ATTEMPTS)
+			claim_raise_contention(batch.scope, pending[0]->message_id, attempt);
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_finish();
+	if (kind != BATCH_CLAIM)
+		inbox_scope_touched(inbox_scope_leaf(batch.scope), batch.scope,
+							INBOX_TOUCH_LOCKS | INBOX_TOUCH_WAKES);
+
+	batch_results(fcinfo, &batch);
+	return (Datum) 0;
+}
+
+Datum
+inbox_claim_many_1_0(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, BATCH_CLAIM);
+}
+
+/*
+ * inbox_receive_many(scope text, message_ids text[], payloads jsonb[] or
+ *					  bytea[], payload_hashes bytea[], not_before timestamptz,
+ *					  on_mismatch text)
+ *		-> SETOF (ordinality integer, message_id text, status text)
+ *
+ * inbox_claim_many's arbitration for a batch of receives: status
+ * 'received' (stored as pending), 'duplicate' or 'mismatch'.  A payload
+ * hash not given is the payload's, as for inbox_receive.
+ */
+Datum
+inbox_receive_many_json(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, BATCH_RECEIVE_JSON);
+}
+
+Datum
+inbox_receive_many_bytes(PG_FUNCTION_ARGS)
+{
+	return claim_many(fcinfo, BATCH_RECEIVE_BYTES);
+}
