@@ -1,0 +1,71 @@
+# test/t/021_layers.pl
+#
+# The layout of the C sources (src/README.md): test/tools/layers.pl
+# passes on src/, and fails on a copy broken each way it guards against:
+# an include that runs up a layer, an extern declared in a .c file, a
+# file with no place in the layer map, and a .c file over 1,000 lines.
+use strict;
+use warnings;
+
+use File::Copy qw(copy);
+use File::Temp qw(tempdir);
+use FindBin;
+use Test::More;
+
+my $top = "$FindBin::RealBin/../..";
+my $check = "$top/test/tools/layers.pl";
+
+# Run the check on dir: its exit status and everything it printed
+sub layers
+{
+	my ($dir) = @_;
+	my $out = `perl "$check" "$dir" 2>&1`;
+	return ($? >> 8, $out);
+}
+
+# A fresh copy of src/, with edit applied to it
+sub broken_copy
+{
+	my ($edit) = @_;
+	my $dir = tempdir(CLEANUP => 1);
+	opendir(my $dh, "$top/src") or die "src: $!";
+	for my $f (grep { /\.[ch]$/ } readdir($dh))
+	{
+		copy("$top/src/$f", "$dir/$f") or die "copy $f: $!";
+	}
+	closedir($dh);
+	$edit->($dir);
+	return $dir;
+}
+
+sub append_to
+{
+	my ($file, $text) = @_;
+	open(my $fh, '>>', $file) or die "$file: $!";
+	print $fh $text;
+	close($fh);
+}
+
+my ($rc, $out) = layers("$top/src");
+is($rc, 0, 'the sources pass the layer check') or diag($out);
+like($out, qr/all downward/, 'the check reports its summary');
+
+# spi.c is in the base layer; deferred.h belongs to a feature
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/spi.c", "#include \"deferred.h\"\n") }));
+is($rc, 1, 'an include that runs up a layer fails');
+like($out, qr/spi\.c:\d+: includes deferred\.h, of deferred \(features\), above spi \(base\)/,
+	'and the message names the file, the header and both layers');
+
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/keys.c", "extern void inbox_take_1_0(void);\n") }));
+is($rc, 1, 'an extern declared in a .c file fails');
+like($out, qr/keys\.c:\d+: declares an extern/, 'and the message names it');
+
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/outbox.c", "/* new */\n") }));
+is($rc, 1, 'a file without a place in the layer map fails');
+like($out, qr/outbox\.c: not in the layer map/, 'and the message says so');
+
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/claim.c", "/* padding */\n" x 1000) }));
+is($rc, 1, 'a .c file over 1,000 lines fails');
+like($out, qr/claim\.c: \d+ lines, more than 1000/, 'and the message gives its length');
+
+done_testing();

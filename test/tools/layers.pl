@@ -1,0 +1,127 @@
+#!/usr/bin/perl
+# test/tools/layers.pl [SRC_DIR] - check the layout of the C sources.
+#
+# The C files are layered (src/README.md): init, entry points and
+# processes, features, engine, base.  Within that order every module has a
+# rank, below.  A file may include the headers of its own module and of
+# modules ranked after it, never before: so includes run one way, and
+# neither an include nor a call (which needs a declaration from a header)
+# can close a circle.  A .c file declares nothing extern itself, so every
+# call from another file goes through a header this check sees.  A new
+# file must be given a place below.  No .c file may pass 1,000 lines.
+#
+# Exits 1 and names each violation; prints a one-line summary otherwise.
+use strict;
+use warnings;
+
+my $src = shift // 'src';
+my $max_lines = 1000;
+
+# Top to bottom; each module with the files it owns.
+my @layers = (
+	[ init => [ inbox => qw(inbox.c) ] ],
+	[
+		'entry points and processes' =>
+		  [ access => qw(access.c) ],
+		[ worker => qw(worker.c worker.h) ],
+		[ compat_0_4 => qw(compat_0_4.c) ],
+	],
+	[
+		features =>
+		  [ claim_many => qw(claim_many.c) ],
+		[ claim => qw(claim.c claim.h claim_internal.h) ],
+		[ deferred => qw(deferred.c deferred.h) ],
+		[ offsets => qw(offsets.c) ],
+		[ forget => qw(forget.c forget.h) ],
+		[ purge => qw(purge.c purge.h) ],
+		[ guard => qw(guard.c) ],
+	],
+	[
+		engine =>
+		  [ events => qw(events.c events.h) ],
+		[ conflicts => qw(conflicts.c conflicts.h) ],
+		[ direct => qw(direct.c direct.h) ],
+		[ session => qw(session.c session.h) ],
+		[ front => qw(front.c front.h) ],
+		[ wakeup => qw(wakeup.c wakeup.h) ],
+		[ stats => qw(stats.c stats.h) ],
+	],
+	[
+		base =>
+		  [ distributed => qw(distributed.c distributed.h) ],
+		[ spi => qw(spi.c spi.h) ],
+		[ keys => qw(keys.c keys.h) ],
+		[ version => qw(version.c version.h) ],
+		[ entries => qw(entries.h) ],
+		[ constants => qw(inbox.h) ],
+		[ compat => qw(compat.h) ],
+	],
+);
+
+my (%module_of, %rank_of, %layer_of);
+my $rank = 0;
+for my $layer (@layers)
+{
+	my ($name, @modules) = @$layer;
+	for my $m (@modules)
+	{
+		my ($module, @files) = @$m;
+		$rank_of{$module} = $rank++;
+		$layer_of{$module} = $name;
+		$module_of{$_} = $module for @files;
+	}
+}
+
+opendir(my $dh, $src) or die "layers.pl: cannot read $src: $!\n";
+my @files = sort grep { /\.[ch]$/ } readdir($dh);
+closedir($dh);
+die "layers.pl: no C sources in $src\n" unless @files;
+
+my @errors;
+my ($arrows, $longest, $longest_file) = (0, 0, '');
+for my $file (@files)
+{
+	my $module = $module_of{$file};
+	unless (defined $module)
+	{
+		push @errors, "$file: not in the layer map of test/tools/layers.pl (give it a place)";
+		next;
+	}
+	open(my $fh, '<', "$src/$file") or die "layers.pl: $src/$file: $!\n";
+	my $lines = 0;
+	while (my $line = <$fh>)
+	{
+		$lines++;
+		if ($line =~ /^\s*#\s*include\s+"([^"]+)"/)
+		{
+			my $header = $1;
+			next unless -e "$src/$header";    # PostgreSQL's own
+			my $to = $module_of{$header};
+			next unless defined $to;          # reported as unmapped
+			next if $to eq $module;
+			$arrows++;
+			push @errors,
+			  sprintf("%s:%d: includes %s, of %s (%s), above %s (%s)",
+				$file, $lines, $header, $to, $layer_of{$to}, $module, $layer_of{$module})
+			  if $rank_of{$to} < $rank_of{$module};
+		}
+		push @errors, "$file:$lines: declares an extern in a .c file; put it in a header"
+		  if $file =~ /\.c$/ && $line =~ /^\s*extern\s/;
+	}
+	close($fh);
+	if ($file =~ /\.c$/ && $lines > $max_lines)
+	{
+		push @errors, "$file: $lines lines, more than $max_lines: split it by concern";
+	}
+	($longest, $longest_file) = ($lines, $file)
+	  if $file =~ /\.c$/ && $lines > $longest;
+}
+
+if (@errors)
+{
+	print STDERR "layers.pl: $_\n" for @errors;
+	exit 1;
+}
+printf "layers: %d files, %d include arrows between modules, all downward; longest .c file %s (%d lines)\n",
+  scalar(@files), $arrows, $longest_file, $longest;
+exit 0;
