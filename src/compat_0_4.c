@@ -2,8 +2,9 @@
  *
  * compat_0_4.c
  *	  The C entry points that the SQL of 0.4.0 binds: inbox_claim,
- *	  inbox_receive, inbox_status, the counters, and the administration
- *	  functions inbox_set_retention, inbox_drop_scope and inbox_stats_reset.
+ *	  inbox_receive, inbox_status, inbox_purge, the counters, and the
+ *	  administration functions inbox_set_retention, inbox_drop_scope and
+ *	  inbox_stats_reset.
  *
  * The library keeps them so that a database still at 0.4.0 keeps working
  * between "make install" and ALTER EXTENSION inbox UPDATE.  Each checks
@@ -28,6 +29,7 @@
 #include "claim.h"
 #include "inbox.h"
 #include "keys.h"
+#include "purge.h"
 #include "spi.h"
 #include "stats.h"
 #include "version.h"
@@ -37,6 +39,7 @@ PG_FUNCTION_INFO_V1(inbox_status);
 PG_FUNCTION_INFO_V1(inbox_receive_json);
 PG_FUNCTION_INFO_V1(inbox_receive_bytes);
 PG_FUNCTION_INFO_V1(inbox_counters);
+PG_FUNCTION_INFO_V1(inbox_purge);
 PG_FUNCTION_INFO_V1(inbox_set_retention);
 PG_FUNCTION_INFO_V1(inbox_drop_scope);
 PG_FUNCTION_INFO_V1(inbox_stats_reset);
@@ -67,6 +70,13 @@ inbox_status(PG_FUNCTION_ARGS)
 {
 	inbox_require_previous_sql();
 	return inbox_status_call(fcinfo, true);
+}
+
+Datum
+inbox_purge(PG_FUNCTION_ARGS)
+{
+	inbox_require_previous_sql();
+	PG_RETURN_INT64(inbox_purge_round());
 }
 
 Datum

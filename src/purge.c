@@ -61,7 +61,6 @@
 
 PG_FUNCTION_INFO_V1(inbox_settings);
 PG_FUNCTION_INFO_V1(inbox_purge_1_0);
-PG_FUNCTION_INFO_V1(inbox_purge);
 PG_FUNCTION_INFO_V1(inbox_try_create_scopes);
 
 /*
@@ -558,8 +557,8 @@ inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more)
  * again, in a new transaction, while it returns a positive number to drain
  * a backlog.
  */
-static int64
-purge_round(void)
+int64
+inbox_purge_round(void)
 {
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext,
 											  "inbox_purge",
@@ -598,14 +597,7 @@ inbox_purge_1_0(PG_FUNCTION_ARGS)
 {
 	if (inbox_citus_worker_node())
 		inbox_refuse_if_distributed(INBOX_REFUSE_PURGE_ON_WORKER);
-	PG_RETURN_INT64(purge_round());
-}
-
-Datum
-inbox_purge(PG_FUNCTION_ARGS)
-{
-	inbox_require_previous_sql();
-	PG_RETURN_INT64(purge_round());
+	PG_RETURN_INT64(inbox_purge_round());
 }
 
 /*

@@ -23,6 +23,7 @@ typedef struct PurgeTarget
 } PurgeTarget;
 
 extern void purge_init(void);
+extern int64 inbox_purge_round(void);
 
 /* Callers hold an SPI connection and a snapshot for each of these */
 extern List *inbox_purge_observe(MemoryContext cxt);

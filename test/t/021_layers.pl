@@ -4,6 +4,7 @@
 # passes on src/, and fails on a copy broken each way it guards against:
 # an include that runs up a layer, an extern declared in a .c file, a
 # file with no place in the layer map, and a .c file over 1,000 lines.
+# Also: src/README.md's map names the file of every C entry point.
 use strict;
 use warnings;
 
@@ -67,5 +68,18 @@ like($out, qr/outbox\.c: not in the layer map/, 'and the message says so');
 ($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/claim.c", "/* padding */\n" x 1000) }));
 is($rc, 1, 'a .c file over 1,000 lines fails');
 like($out, qr/claim\.c: \d+ lines, more than 1000/, 'and the message gives its length');
+
+# src/README.md maps every SQL-callable C symbol to its file
+my $readme = do { local $/; open(my $fh, '<', "$top/src/README.md") or die $!; <$fh> };
+for my $file (sort glob("$top/src/*.c"))
+{
+	my $text = do { local $/; open(my $fh, '<', $file) or die $!; <$fh> };
+	(my $name = $file) =~ s{.*/}{};
+	for my $symbol ($text =~ /PG_FUNCTION_INFO_V1\((\w+)\)/g)
+	{
+		ok($readme =~ /`\Q$symbol\E`[^\n]*`\Q$name\E`/,
+			"src/README.md maps $symbol to $name");
+	}
+}
 
 done_testing();
