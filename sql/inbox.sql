@@ -7,12 +7,60 @@
  * that an upgraded database and a fresh install of this file have the
  * same objects, definitions, grants and comments.
  *
- * Everything is schema-qualified, and every function pins its search_path,
- * so that nothing a caller puts on its own path can change what runs.
+ * Contents, one section per feature:
+ *
+ *	 1. Storage             schema inbox, shared tables, helpers, drop guard
+ *	 2. Claims              inbox_claim, inbox_status: one message at once
+ *	 3. Batch claims        inbox_claim_many: many messages in one call
+ *	 4. Deferred mode       receive now; take, complete or fail later
+ *	 5. Streams             ordered streams, by a high-water mark
+ *	 6. Forget              audited removal of processed entries
+ *	 7. Retention           the retention clock, the purge, dropping a scope
+ *	 8. Grants and bundles  scope grants; bundles of API privileges
+ *	 9. Monitoring          the operators' views, inbox_stats_reset
+ *	10. Scale-out           inbox_distribute, the Citus drop path
+ *
+ * Each section holds everything of its feature: tables, internal
+ * functions, implementations, entry points, views, comments and
+ * privileges.  It uses only what it or an earlier section defines; the one
+ * exception is the list of the bundles' objects (section 8), which names
+ * the views of section 9 as text.
+ *
+ * Everything is schema-qualified, and every implementation (SECURITY
+ * DEFINER, in C or SQL) pins its search_path, so that nothing a caller
+ * puts on its own path can change what runs.
+ *
+ * The API.  Every API function that names a scope is an entry point: a
+ * SECURITY INVOKER C function that checks the scope grants for the role
+ * that called it, then calls the SECURITY DEFINER implementation of the
+ * same name and arguments in schema inbox (src/access.c says why it takes
+ * two functions).  Nobody but the extension's owner may call an
+ * implementation directly, and EXECUTE on the entry points is granted to
+ * nobody: an administrator grants it to the consumer roles (see README),
+ * a bundle at a time (section 8).
+ *
+ * Privileges.  A table's REVOKE follows the table; the other REVOKEs of a
+ * section close it.  The functions of schema inbox that no section
+ * revokes keep PUBLIC's EXECUTE: inbox.scope_visible, which answers only
+ * for the role calling, the read-only helpers that the views call as the
+ * role querying them, and helpers that only read or compute.  PUBLIC
+ * cannot use schema inbox, so it names none of them.
  */
 
 -- complain if the script is sourced in psql rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION inbox" to load this file. \quit
+
+-- ======================================================================
+-- 1. Storage
+-- ======================================================================
+
+/*
+ * The tables every feature works on: inbox.entries, one row per message
+ * claimed or received; inbox.scopes, the per-scope settings and retention
+ * clock; inbox.scope_grants, which the entry points of every feature
+ * check.  Besides them: the helpers more than one feature calls, and the
+ * drop guard that keeps the entries from going with a careless DROP.
+ */
 
 /*
  * The tables live in schema inbox, which belongs to the extension and on
@@ -24,10 +72,6 @@
 CREATE SCHEMA inbox;
 COMMENT ON SCHEMA inbox IS 'storage of the inbox extension; use the inbox_* functions';
 REVOKE ALL ON SCHEMA inbox FROM PUBLIC;
-
-/* ------------------------------------------------------------------------
- * Storage
- * ------------------------------------------------------------------------ */
 
 /*
  * The bucket of a key, 0 to 16383, the same in a database of any encoding
@@ -60,13 +104,14 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * encoding: a dump restored into another encoding would route re-encoded
  * keys to other leaves, or fail a leaf's COPY and lose every entry in it.
  * A stored bucket of the UTF-8 form puts every row back where claims look
- * for it.  The claim path
- * writes and reads the key's leaf directly, without tuple routing.
+ * for it.  The claim path writes and reads the key's leaf directly,
+ * without tuple routing.
  *
  * The NOT NULL constraints are named as PostgreSQL 18 would name them:
  * 18 records them in pg_constraint, with names unique in the schema, and
- * the update from 0.4.0 creates this table while the old one still holds
- * those names.  Earlier versions accept the names and ignore them.
+ * an update script creates this table while the table it replaces still
+ * holds those names.  Earlier versions of PostgreSQL accept the names and
+ * ignore them.
  *
  * The length limits repeat those of the C code (src/inbox.h), for rows
  * that arrive by COPY, and so does the bucket: a row whose stored bucket is
@@ -134,8 +179,8 @@ CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
 -- Messages pending or processing, by when they are due: what a take
 -- scans, from the oldest due up to now, so that it never walks a delayed
 -- message.  Done entries (every claim) and dead letters stay out of it, so
--- it stays small.  message_id breaks ties between
--- messages received in one transaction: takes hand them out in id order.
+-- it stays small.  message_id breaks ties between messages received in
+-- one transaction: takes hand them out in id order.
 CREATE INDEX entries_open ON inbox.entries (scope, due, message_id)
 	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
 
@@ -146,6 +191,25 @@ CREATE INDEX entries_receipt ON inbox.entries (receipt)
 -- Dead letters, in an index of their own: takes never walk them.
 CREATE INDEX entries_dead ON inbox.entries (scope, finished_at)
 	WHERE state OPERATOR(pg_catalog.=) 'x'::"char";
+
+REVOKE ALL ON TABLE inbox.entries FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p0 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p1 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p2 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p3 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p4 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p5 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p6 FROM PUBLIC;
+REVOKE ALL ON TABLE inbox.entries_p7 FROM PUBLIC;
+-- pg_dump keeps the dedup history: the rows live in the leaves.
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p1', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p2', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p3', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p4', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p5', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p6', '');
+SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p7', '');
 
 /*
  * Retention state, per scope: the retention override, the retention clock
@@ -171,6 +235,9 @@ CREATE TABLE inbox.scopes (
 
 COMMENT ON TABLE inbox.scopes IS 'per-scope retention override and retention clock';
 
+REVOKE ALL ON TABLE inbox.scopes FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.scopes', '');
+
 /*
  * Scope grants.  A scope without a row here is open to every role that may
  * execute the API; once it has one, only the granted roles (and the roles
@@ -192,19 +259,7 @@ CREATE TABLE inbox.scope_grants (
 		CHECK (pg_catalog.octet_length(grantee) BETWEEN 1 AND 63)
 );
 
-REVOKE ALL ON ALL TABLES IN SCHEMA inbox FROM PUBLIC;
-
--- pg_dump keeps the dedup history (the rows live in the leaves), the
--- per-scope settings and clocks, and the grants.
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p0', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p1', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p2', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p3', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p4', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p5', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p6', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p7', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.scopes', '');
+REVOKE ALL ON TABLE inbox.scope_grants FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.scope_grants', '');
 
 -- Every backend caches the grants (src/access.c); any change drops the caches.
@@ -217,44 +272,15 @@ CREATE TRIGGER scope_grants_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON inbox.scope_grants
 	FOR EACH STATEMENT EXECUTE FUNCTION inbox.scope_grants_changed();
 
-/* ------------------------------------------------------------------------
- * Internal functions in C
- * ------------------------------------------------------------------------ */
-
-/*
- * inbox.settings(): the retention settings in force, as intervals.  It is
- * written in C so that calling it loads the library, which defines the
- * inbox.* settings, before anything reads them.
- */
-CREATE FUNCTION inbox.settings(OUT retention interval, OUT idle_threshold interval,
-							   OUT batch_size integer)
-AS 'MODULE_PATHNAME', 'inbox_settings'
-LANGUAGE C STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp;
-
--- The key limits the C code enforces; the constraints above must agree.
+-- The key limits the C code enforces; the constraints of inbox.entries
+-- must agree.
 CREATE FUNCTION inbox.limits(OUT scope_bytes integer, OUT message_id_bytes integer,
 							 OUT payload_hash_bytes integer)
 AS 'MODULE_PATHNAME', 'inbox_limits'
 LANGUAGE C IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp;
 
--- Owner sessions of the deferred mode (src/session.c)
-
-CREATE FUNCTION inbox.session_key()
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_session_key'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.session_alive(owner bigint)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_session_alive'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
-
 -- The argument checks and quoting of the C functions, for the SQL ones
-
 CREATE FUNCTION inbox.check_key(scope text, message_id text, with_id boolean)
 RETURNS void
 AS 'MODULE_PATHNAME', 'inbox_check_key'
@@ -267,40 +293,26 @@ AS 'MODULE_PATHNAME', 'inbox_quote_sql'
 LANGUAGE C IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 
--- Shared-memory counters (src/stats.c)
-
-CREATE FUNCTION inbox.count_failure(scope text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_count_failure'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
-
--- Drop the counters of one scope, or of every scope when NULL
+-- Drop the shared-memory counters (src/stats.c) of one scope, or of every
+-- scope when NULL
 CREATE FUNCTION inbox.forget_counters(scope text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'inbox_forget_counters'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
-CREATE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
-									 OUT mismatches bigint, OUT purged bigint,
-									 OUT last_purge timestamptz, OUT failures bigint)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
-
--- One purger at a time adds new scopes to inbox.scopes (src/purge.c)
-CREATE FUNCTION inbox.try_create_scopes()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_try_create_scopes'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, pg_temp;
-
 /*
  * inbox.scope_visible(scope): whether the role querying may act on the
- * scope.  The operators' views filter on it; it only answers for the role
- * itself, so PUBLIC may execute it.
+ * scope.  It only answers for the role itself, so PUBLIC may execute it.
+ *
+ * The views that show rows of scopes (inbox_forget_log, inbox_stats,
+ * inbox_dead_letters) filter on it, and show only the scopes the role
+ * querying them may act on (all of them for a superuser): a view reads its
+ * tables as its owner but calls functions as the role querying it, so
+ * inbox.scope_visible() answers for that role.  They are security
+ * barriers: otherwise the planner could run a cheap function of the
+ * caller's WHERE clause on rows of other scopes before the filter, and the
+ * function could print them.
  */
 CREATE FUNCTION inbox.scope_visible(scope text)
 RETURNS boolean
@@ -308,9 +320,1027 @@ AS 'MODULE_PATHNAME', 'inbox_scope_visible'
 LANGUAGE C STABLE STRICT PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp;
 
-/* ------------------------------------------------------------------------
- * Retention
- * ------------------------------------------------------------------------ */
+/*
+ * The drop guard.  DROP EXTENSION inbox, and DROP OWNED BY its owner,
+ * without CASCADE are refused while entries exist; with CASCADE, and for
+ * DROP SCHEMA ... CASCADE of a schema the extension lives in, they warn
+ * (src/guard.c).  The trigger belongs to the extension, so it goes with
+ * it.  On a distributed inbox, it calls inbox.citus_drop_tables (section
+ * 10) first.
+ */
+CREATE FUNCTION inbox.guard_drop()
+RETURNS event_trigger
+AS 'MODULE_PATHNAME', 'inbox_guard_drop'
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp;
+
+CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
+	WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
+	EXECUTE FUNCTION inbox.guard_drop();
+
+REVOKE ALL ON FUNCTION inbox.scope_grants_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
+
+-- ======================================================================
+-- 2. Claims
+-- ======================================================================
+
+/*
+ * A consumer that processes a message at once claims it in the
+ * transaction of its effect (src/claim.c): the claim inserts the message's
+ * entry, and the primary key of inbox.entries decides which of two
+ * concurrent claims of one key is new.  The entry commits or rolls back
+ * with the effect.  inbox_status reads the entry of a message, whichever
+ * feature wrote it.
+ */
+
+CREATE FUNCTION inbox.inbox_claim(scope text, message_id text,
+								  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_claim_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_status(scope text, message_id text,
+								   OUT received_at timestamptz,
+								   OUT payload_hash bytea,
+								   OUT state text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_status_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+ROWS 1;
+
+COMMENT ON FUNCTION inbox.inbox_claim(text, text, bytea) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_status(text, text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_claim(scope text, message_id text,
+										payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim(text, text, bytea) IS
+'claim a message in the current transaction: true if new, false (or IB001) if already processed, IB002 on a payload mismatch';
+
+CREATE FUNCTION @extschema@.inbox_status(scope text, message_id text,
+										 OUT received_at timestamptz,
+										 OUT payload_hash bytea,
+										 OUT state text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.inbox_status(text, text) IS
+'the entry of a message (received_at, payload_hash, state), or no row';
+
+REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_status(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim(text, text, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
+
+-- ======================================================================
+-- 3. Batch claims
+-- ======================================================================
+
+/*
+ * inbox_claim_many claims a batch of ids of one scope in one call, in the
+ * caller's transaction, and answers one row per id: claimed, duplicate or
+ * (with on_mismatch => 'return') mismatch.
+ */
+
+CREATE FUNCTION inbox.inbox_claim_many(scope text, message_ids text[],
+									   payload_hashes bytea[] DEFAULT NULL,
+									   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_claim_many_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_claim_many(scope text, message_ids text[],
+											 payload_hashes bytea[] DEFAULT NULL,
+											 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) IS
+'claim a batch of messages in the current transaction: one row per id, claimed, duplicate or (on_mismatch => ''return'') mismatch';
+
+REVOKE ALL ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
+
+-- ======================================================================
+-- 4. Deferred mode
+-- ======================================================================
+
+/*
+ * Receive now, process later (src/deferred.c, src/wakeup.c, src/front.c).
+ * inbox_receive and inbox_receive_many store messages as pending; a
+ * worker takes them and completes each in the transaction of its effect.
+ * inbox_take binds what it takes to its session; inbox_poll takes under a
+ * lease and gives each message a receipt, which any session may complete,
+ * fail or extend, and can wait for messages to arrive.  A failed message
+ * is pending again after its retry delay, or dead after its last attempt;
+ * inbox_requeue puts a dead one back.  inbox_result returns what
+ * inbox_complete stored.
+ *
+ * The forms with not_before and the forms by receipt are overloads beside
+ * the others rather than new arguments of them: a function whose
+ * arguments or result columns change must be dropped and created again,
+ * which would drop the EXECUTE privileges administrators granted on it,
+ * and a GRANT run by an update script would be recorded as one of the
+ * extension's initial privileges, which pg_dump then leaves out.
+ */
+
+-- Owner sessions of the deferred mode (src/session.c)
+CREATE FUNCTION inbox.session_key()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_session_key'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.session_alive(owner bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_session_alive'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- Wake the takes waiting on a scope when this transaction commits
+CREATE FUNCTION inbox.wake_takers(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_wake_takers'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+-- For messages moved by hand (an UPDATE of inbox.entries, as the tests
+-- do): the next take of the scope scans it from its oldest entry.
+CREATE FUNCTION inbox.forget_front(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_front'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+-- Count a failure in the scope's shared-memory counters (src/stats.c)
+CREATE FUNCTION inbox.count_failure(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_count_failure'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- The attempts allowed in a scope: its override, or inbox.max_attempts.
+CREATE FUNCTION inbox.max_attempts(p_scope text)
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce((SELECT s.max_attempts FROM inbox.scopes AS s
+					 WHERE s.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"),
+					current_setting('inbox.max_attempts')::integer)
+$$;
+
+CREATE FUNCTION inbox.state_name("char")
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT CASE $1 WHEN 'p' THEN 'pending' WHEN 'r' THEN 'processing'
+				   WHEN 'd' THEN 'done' WHEN 'x' THEN 'dead' END
+$$;
+
+/*
+ * inbox.refuse(scope, message_id, action, expected state): explain why an
+ * UPDATE of complete/fail/extend/requeue matched no row, and raise.
+ */
+CREATE FUNCTION inbox.refuse(p_scope text, p_id text, p_action text, p_expected "char")
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	st "char";
+	msg text := format('message "%s" in scope "%s"', inbox.quote(p_id), inbox.quote(p_scope));
+BEGIN
+	SELECT e.state INTO st FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id);
+	IF NOT FOUND THEN
+		RAISE EXCEPTION '% does not exist', msg
+			USING ERRCODE = 'IB005',
+				  HINT = format('Only a message stored by inbox_receive can be %s.', p_action);
+	ELSIF st <> p_expected THEN
+		RAISE EXCEPTION '% is %', msg,
+			CASE p_expected WHEN 'r' THEN 'not being processed' ELSE 'not dead' END
+			USING ERRCODE = 'IB004',
+				  DETAIL = format('It is %s, so it cannot be %s.', inbox.state_name(st), p_action);
+	ELSE
+		RAISE EXCEPTION '% is being processed by another session', msg
+			USING ERRCODE = 'IB004',
+				  DETAIL = 'This session does not own it: another session took it, or this session''s lease ran out and another worker took it again.',
+				  HINT = 'Roll back the transaction, so that the effect of this processing does not commit.';
+	END IF;
+END
+$$;
+
+/*
+ * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
+ * receipt matched no row, and raise.
+ */
+CREATE FUNCTION inbox.refuse_receipt(p_scope text, p_receipt uuid, p_action text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF p_receipt IS NULL THEN
+		RAISE EXCEPTION 'receipt must not be null' USING ERRCODE = '22004';
+	END IF;
+	RAISE EXCEPTION 'the receipt does not hold a message in scope "%"', inbox.quote(p_scope)
+		USING ERRCODE = 'IB004',
+			  DETAIL = format('The message that receipt %s was given for was completed or failed since, or another take has it now (its lease ran out, or the session that took it ended).', p_receipt),
+			  HINT = format('Roll back the transaction, so that the effect of this processing does not commit; a message can only be %s under the receipt of its latest take.', p_action);
+END
+$$;
+
+/*
+ * fail by owner session or by receipt: one body, whose UPDATE matches the
+ * session's own message (p_receipt NULL), or the message the receipt
+ * holds.  extend by owner session is below; extend by receipt is C
+ * (src/deferred.c), so that Citus can delegate it.
+ */
+CREATE FUNCTION inbox.fail_message(p_scope text, p_id text, p_receipt uuid,
+								   p_error text, p_retry_after interval)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	new_state "char";
+	allowed integer;
+	-- The times are computed before the UPDATE, and passed to it as
+	-- values: Citus refuses a volatile function, and a stable one inside a
+	-- CASE, in an UPDATE of a distributed table (docs/scale-out.md).
+	finished timestamptz := pg_catalog.now();
+	retry_at timestamptz;
+	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
+BEGIN
+	IF p_retry_after < interval '0' THEN
+		RAISE EXCEPTION 'retry_after must not be negative'
+			USING ERRCODE = '22023';
+	END IF;
+	allowed := inbox.max_attempts(p_scope);
+	retry_at := pg_catalog.clock_timestamp() + coalesce(p_retry_after, interval '0');
+	-- Before the UPDATE, which locks the message: its due moves, and the
+	-- scope's front must hear of it even if this transaction aborts
+	-- (src/front.c).  Takes waiting on the scope wake at commit.
+	PERFORM inbox.wake_takers(p_scope);
+	-- Two statements, so that each finds its row by an index of one leaf
+	-- whatever plan_cache_mode says
+	IF p_receipt IS NULL THEN
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
+			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+		   AND e.state = 'r' AND e.owner_session = me
+		RETURNING e.state INTO new_state;
+		IF NOT FOUND THEN
+			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
+		END IF;
+	ELSE
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
+			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+		 WHERE e.receipt = p_receipt
+		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.state = 'r'
+		RETURNING e.state INTO new_state;
+		IF NOT FOUND THEN
+			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
+		END IF;
+	END IF;
+	PERFORM inbox.count_failure(p_scope);
+	RETURN inbox.state_name(new_state);
+END
+$$;
+
+CREATE FUNCTION inbox.extend_lease(p_scope text, p_id text, p_lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	until timestamptz;
+	-- Values, not functions, in the UPDATE: see inbox.fail_message
+	me bigint := inbox.session_key();
+	lease_end timestamptz;
+BEGIN
+	IF p_lease IS NULL OR p_lease <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023';
+	END IF;
+	lease_end := pg_catalog.clock_timestamp() + p_lease;
+	-- As in inbox.fail_message: the front, and the takes waiting to
+	-- recheck the held message, hear of the new due.
+	PERFORM inbox.wake_takers(p_scope);
+	-- A message polled under a lease is due when its lease runs out; one
+	-- bound to its session stays due from its take (src/deferred.c).
+	UPDATE inbox.entries AS e
+	   SET lease_until = lease_end,
+		   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+	   AND e.state = 'r' AND e.owner_session = me
+	RETURNING e.lease_until INTO until;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
+	END IF;
+	RETURN until;
+END
+$$;
+
+-- The implementations
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * The take and the completion are C (src/deferred.c): they run kept plans,
+ * which do not depend on statistics or on plan_cache_mode.  The takes'
+ * SET clauses keep their plans on the open-messages index whatever the
+ * statistics say (src/deferred.c says why).  inbox_take binds what it
+ * takes to this session; inbox_poll also gives each message a receipt,
+ * which any session may complete, fail or extend, and can wait for
+ * messages to arrive.
+ */
+CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_take_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
+
+CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT '30 seconds',
+								 wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
+
+CREATE FUNCTION inbox.inbox_complete(scope text, message_id text, result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_complete_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_complete(scope text, receipt uuid, result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
+								 retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
+	RETURN inbox.fail_message(inbox_fail.scope, inbox_fail.message_id, NULL,
+							  inbox_fail.error, inbox_fail.retry_after);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_fail(scope text, receipt uuid, error text,
+								 retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_fail.scope, NULL, false);
+	IF inbox_fail.receipt IS NULL THEN
+		PERFORM inbox.refuse_receipt(inbox_fail.scope, NULL, 'failed');
+	END IF;
+	RETURN inbox.fail_message(inbox_fail.scope, NULL, inbox_fail.receipt,
+							  inbox_fail.error, inbox_fail.retry_after);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_extend(scope text, message_id text, lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_extend.scope, inbox_extend.message_id, true);
+	RETURN inbox.extend_lease(inbox_extend.scope, inbox_extend.message_id, inbox_extend.lease);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_extend(scope text, receipt uuid, lease interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'inbox_extend_receipt_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_requeue(scope text, message_id text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
+	PERFORM inbox.wake_takers(inbox_requeue.scope);
+	UPDATE inbox.entries AS e
+	   SET state = 'p', attempts = 0, due = now(), finished_at = NULL,
+		   owner_session = NULL, lease_until = NULL, receipt = NULL
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
+	   AND e.state = 'x';
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
+	END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_set_max_attempts(scope text, max_attempts integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_set_max_attempts.scope, NULL, false);
+	IF inbox_set_max_attempts.max_attempts < 1 THEN
+		RAISE EXCEPTION 'max_attempts must be at least 1'
+			USING ERRCODE = '22023',
+				  HINT = 'Pass NULL to go back to inbox.max_attempts.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, max_attempts)
+	VALUES (inbox_set_max_attempts.scope, inbox_set_max_attempts.max_attempts)
+	ON CONFLICT (scope) DO UPDATE SET max_attempts = EXCLUDED.max_attempts;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_result(scope text, message_id text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'inbox_result_1_0'
+LANGUAGE C STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_complete(text, text, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_fail(text, text, text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_extend(text, text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_extend(text, uuid, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_requeue(text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_set_max_attempts(text, integer) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_result(text, text) IS
+'implementation behind the API function of the same name; call that one';
+
+-- The entry points
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
+										  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) IS
+'store a message as pending: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
+										  payload_hash bytea DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) IS
+'store a binary message (EDI, protobuf, ...) as pending';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
+										  payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz) IS
+'store a message as pending, not to be taken before not_before';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
+										  payload_hash bytea, not_before timestamptz)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) IS
+'store a binary message as pending, not to be taken before not_before';
+
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) IS
+'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
+
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise')
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
+'store a batch of binary messages as pending: one row per id';
+
+CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_take(text, integer, interval) IS
+'take up to max_messages pending messages, oldest first; concurrent takers never get the same one';
+
+CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT '30 seconds',
+									   wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) IS
+'take up to max_messages messages under a lease, each with a receipt any session may complete; waits up to wait for one to arrive';
+
+CREATE FUNCTION @extschema@.inbox_complete(scope text, message_id text,
+										   result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) IS
+'mark a message this session took as done, storing its result; commits with the business effect';
+
+CREATE FUNCTION @extschema@.inbox_complete(scope text, receipt uuid,
+										   result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) IS
+'mark the message a receipt holds as done, from any session; commits with the business effect';
+
+CREATE FUNCTION @extschema@.inbox_fail(scope text, message_id text, error text,
+									   retry_after interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) IS
+'give back a message this session took: pending again after retry_after, or dead after its last attempt; returns the new state';
+
+CREATE FUNCTION @extschema@.inbox_fail(scope text, receipt uuid, error text,
+									   retry_after interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) IS
+'give back the message a receipt holds, from any session; returns its new state';
+
+CREATE FUNCTION @extschema@.inbox_extend(scope text, message_id text, lease interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_extend(text, text, interval) IS
+'extend the lease of a message this session took; returns the new end of the lease';
+
+CREATE FUNCTION @extschema@.inbox_extend(scope text, receipt uuid, lease interval)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_extend(text, uuid, interval) IS
+'extend the lease of the message a receipt holds, from any session; returns the new end of the lease';
+
+CREATE FUNCTION @extschema@.inbox_requeue(scope text, message_id text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_requeue(text, text) IS
+'put a dead message back to pending, with its attempts reset';
+
+CREATE FUNCTION @extschema@.inbox_set_max_attempts(scope text, max_attempts integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_max_attempts(text, integer) IS
+'override inbox.max_attempts for one scope; NULL goes back to the setting';
+
+CREATE FUNCTION @extschema@.inbox_result(scope text, message_id text)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C STABLE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_result(text, text) IS
+'the result stored by inbox_complete, so that a redelivered request is answered as the first time; NULL if none';
+
+REVOKE ALL ON FUNCTION inbox.session_key() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.wake_takers(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.forget_front(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.count_failure(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_fail(text, text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_extend(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_extend(text, uuid, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_requeue(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_max_attempts(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_result(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, uuid, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_requeue(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_max_attempts(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_result(text, text) FROM PUBLIC;
+
+-- ======================================================================
+-- 5. Streams
+-- ======================================================================
+
+/*
+ * Deduplication by a high-water mark (src/offsets.c).  For a stream that
+ * delivers in order with a monotonic sequence number, one row per (scope,
+ * stream) holds the highest number claimed.  A claim advances it in the
+ * caller's transaction; the row's lock orders the claims of one stream.
+ * Nothing is inserted per message, so nothing is purged: an offset stays
+ * until its scope is dropped.
+ *
+ * The table has no CHECK constraints: the C code checks every value on the
+ * only path that writes, and a CHECK would cost every claim the setup of
+ * its evaluation, which is more than the update itself costs.  Unlike an
+ * entry's key, a stream's needs no bucket: a restore into another encoding
+ * only re-encodes it, and a name that grows on the way is still one name.
+ * The btree refuses any key too long to index.
+ */
+
+CREATE TABLE inbox.offsets (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	stream text COLLATE pg_catalog."C" NOT NULL,
+	seq bigint NOT NULL,
+	advanced_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT offsets_pkey PRIMARY KEY (scope, stream)
+);
+
+COMMENT ON TABLE inbox.offsets IS 'per (scope, stream), the highest sequence number claimed';
+
+REVOKE ALL ON TABLE inbox.offsets FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.offsets', '');
+
+CREATE FUNCTION inbox.inbox_claim_offset(scope text, stream text, seq bigint,
+										 strict boolean DEFAULT false)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_claim_offset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_claim_offsets(scope text, stream text, first_seq bigint,
+										  last_seq bigint, strict boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_claim_offsets'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_claim_offset(text, text, bigint, boolean) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_claim_offsets(text, text, bigint, bigint, boolean) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_claim_offset(scope text, stream text, seq bigint,
+											   strict boolean DEFAULT false)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim_offset(text, text, bigint, boolean) IS
+'claim sequence number seq of an ordered stream: true if above the stream''s mark (which becomes seq), false (or IB001) if not; strict refuses gaps (IB006)';
+
+CREATE FUNCTION @extschema@.inbox_claim_offsets(scope text, stream text, first_seq bigint,
+												last_seq bigint, strict boolean DEFAULT false)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_claim_offsets(text, text, bigint, bigint, boolean) IS
+'claim sequence numbers first_seq to last_seq of an ordered stream: the lowest new one, or NULL (or IB001) if none is new';
+
+REVOKE ALL ON FUNCTION inbox.inbox_claim_offset(text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_claim_offsets(text, text, bigint, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_offset(text, text, bigint, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_claim_offsets(text, text, bigint, bigint, boolean) FROM PUBLIC;
+
+-- ======================================================================
+-- 6. Forget
+-- ======================================================================
+
+/*
+ * Forgetting, audited (src/forget.c).  inbox_forget and
+ * inbox_forget_range remove processed entries so that their next delivery
+ * is processed again.  Only the extension's owner, superusers and the
+ * roles in inbox.forget_grants may call them (their entry point checks
+ * it: EXECUTE is not enough), and every call leaves rows in
+ * inbox.forget_log, in the same transaction.
+ */
+
+CREATE TABLE inbox.forget_grants (
+	grantee text COLLATE "C" NOT NULL,
+	grantee_oid oid NOT NULL,
+	granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT forget_grants_pkey PRIMARY KEY (grantee),
+	CONSTRAINT forget_grants_grantee_check
+		CHECK (pg_catalog.octet_length(grantee) BETWEEN 1 AND 63)
+);
+
+/*
+ * A role is allowed by name and OID, and counts only while both still
+ * match: a role dropped and another created under its name (by anyone with
+ * CREATEROLE) does not inherit the right to forget.  After a restore into
+ * another cluster the OIDs differ, so the owner allows the roles again: a
+ * power is not restored blindly.
+ */
+COMMENT ON TABLE inbox.forget_grants IS 'roles allowed to forget entries, besides the extension''s owner';
+
+REVOKE ALL ON TABLE inbox.forget_grants FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.forget_grants', '');
+
+/*
+ * One row per entry forgotten, with the entry as it was; or one row with
+ * no entry for a call that found nothing.  Who: the role that called
+ * (role_name), the session's role, the backend, the application and the
+ * client; when: the time the row was written.
+ */
+CREATE TABLE inbox.forget_log (
+	forgotten_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	transaction_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
+	scope text COLLATE "C" NOT NULL,
+	message_id text COLLATE "C",
+	received_from timestamptz,
+	received_before timestamptz,
+	reason text NOT NULL,
+	entry jsonb,
+	role_name text NOT NULL,
+	session_role text NOT NULL,
+	backend_pid integer NOT NULL,
+	application_name text,
+	client_addr inet
+);
+
+COMMENT ON TABLE inbox.forget_log IS 'audit of inbox_forget and inbox_forget_range';
+
+CREATE INDEX forget_log_scope_forgotten_at ON inbox.forget_log (scope, forgotten_at);
+
+REVOKE ALL ON TABLE inbox.forget_log FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.forget_log', '');
+
+CREATE FUNCTION inbox.inbox_forget(scope text, message_id text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_forget_range(scope text, received_from timestamptz,
+										 received_before timestamptz, reason text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_forget_range'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_allow_forget(role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF inbox_allow_forget.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
+	END IF;
+	INSERT INTO inbox.forget_grants AS g (grantee, grantee_oid)
+	VALUES (pg_catalog.pg_get_userbyid(inbox_allow_forget.role), inbox_allow_forget.role)
+	ON CONFLICT (grantee) DO UPDATE SET grantee_oid = EXCLUDED.grantee_oid, granted_at = pg_catalog.now()
+	WHERE g.grantee_oid OPERATOR(pg_catalog.<>) EXCLUDED.grantee_oid;
+	RETURN FOUND;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_disallow_forget(role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF inbox_disallow_forget.role IS NULL THEN
+		RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
+	END IF;
+	DELETE FROM inbox.forget_grants AS g
+	 WHERE g.grantee OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(inbox_disallow_forget.role);
+	RETURN FOUND;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.inbox_forget(text, text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_forget_range(text, timestamptz, timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_allow_forget(regrole) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_disallow_forget(regrole) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_forget(scope text, message_id text, reason text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_forget(text, text, text) IS
+'remove a processed entry so that its next delivery is processed again; audited; owner, superusers and allowed roles only';
+
+CREATE FUNCTION @extschema@.inbox_forget_range(scope text, received_from timestamptz,
+											   received_before timestamptz, reason text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_enter_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_forget_range(text, timestamptz, timestamptz, text) IS
+'remove a scope''s processed entries received in [received_from, received_before), for a replay; audited; returns how many';
+
+CREATE FUNCTION @extschema@.inbox_allow_forget(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_allow_forget(regrole) IS
+'let a role (and its members) call inbox_forget and inbox_forget_range';
+
+CREATE FUNCTION @extschema@.inbox_disallow_forget(role regrole)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_disallow_forget(regrole) IS
+'withdraw what inbox_allow_forget gave';
+
+CREATE VIEW @extschema@.inbox_forget_log WITH (security_barrier) AS
+	SELECT f.forgotten_at, f.transaction_id, f.scope, f.message_id, f.received_from,
+		   f.received_before, f.reason, f.role_name, f.session_role, f.backend_pid,
+		   f.application_name, f.client_addr, f.entry
+	  FROM inbox.forget_log AS f
+	 WHERE inbox.scope_visible(f.scope);
+
+COMMENT ON VIEW @extschema@.inbox_forget_log IS
+'who forgot which entries, when and why, with the entries as they were';
+
+REVOKE ALL ON FUNCTION inbox.inbox_forget(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_forget_range(text, timestamptz, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_allow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_disallow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_forget(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_forget_range(text, timestamptz, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_allow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_disallow_forget(regrole) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_forget_log FROM PUBLIC;
+
+-- ======================================================================
+-- 7. Retention
+-- ======================================================================
 
 /*
  * An entry may be purged only once no redelivery of its message can be
@@ -329,8 +1359,33 @@ SET search_path = pg_catalog, pg_temp;
  *
  * Pauses are found by the purge itself, from the gaps between received_at
  * values of the entries it sees, so a claim costs no bookkeeping at all.
- * inbox.scopes keeps what the purge has learnt.
+ * inbox.scopes keeps what the purge has learnt.  Only done entries are
+ * ever purged.  The purge runs in the background worker (src/worker.c)
+ * or through inbox_purge (src/purge.c).
  *
+ * inbox_drop_scope, for a scope that will never be used again, removes
+ * everything it holds at once.
+ */
+
+/*
+ * inbox.settings(): the retention settings in force, as intervals.  It is
+ * written in C so that calling it loads the library, which defines the
+ * inbox.* settings, before anything reads them.
+ */
+CREATE FUNCTION inbox.settings(OUT retention interval, OUT idle_threshold interval,
+							   OUT batch_size integer)
+AS 'MODULE_PATHNAME', 'inbox_settings'
+LANGUAGE C STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+-- One purger at a time adds new scopes to inbox.scopes (src/purge.c)
+CREATE FUNCTION inbox.try_create_scopes()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_try_create_scopes'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+/*
  * inbox.cutoff(): entries of a scope received before the returned time may
  * be purged; NULL means none may.  Pure arithmetic on the scope's state, in
  * epoch seconds so that a "day" never stretches over a DST change.  A
@@ -616,379 +1671,6 @@ BEGIN
 END
 $$;
 
-/* ------------------------------------------------------------------------
- * Internal functions of the deferred mode
- * ------------------------------------------------------------------------ */
-
--- The attempts allowed in a scope: its override, or inbox.max_attempts.
-CREATE FUNCTION inbox.max_attempts(p_scope text)
-RETURNS integer
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT coalesce((SELECT s.max_attempts FROM inbox.scopes AS s
-					 WHERE s.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"),
-					current_setting('inbox.max_attempts')::integer)
-$$;
-
-CREATE FUNCTION inbox.state_name("char")
-RETURNS text
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT CASE $1 WHEN 'p' THEN 'pending' WHEN 'r' THEN 'processing'
-				   WHEN 'd' THEN 'done' WHEN 'x' THEN 'dead' END
-$$;
-
-/*
- * inbox.refuse(scope, message_id, action, expected state): explain why an
- * UPDATE of complete/fail/extend/requeue matched no row, and raise.
- */
-CREATE FUNCTION inbox.refuse(p_scope text, p_id text, p_action text, p_expected "char")
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	st "char";
-	msg text := format('message "%s" in scope "%s"', inbox.quote(p_id), inbox.quote(p_scope));
-BEGIN
-	SELECT e.state INTO st FROM inbox.entries AS e
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id);
-	IF NOT FOUND THEN
-		RAISE EXCEPTION '% does not exist', msg
-			USING ERRCODE = 'IB005',
-				  HINT = format('Only a message stored by inbox_receive can be %s.', p_action);
-	ELSIF st <> p_expected THEN
-		RAISE EXCEPTION '% is %', msg,
-			CASE p_expected WHEN 'r' THEN 'not being processed' ELSE 'not dead' END
-			USING ERRCODE = 'IB004',
-				  DETAIL = format('It is %s, so it cannot be %s.', inbox.state_name(st), p_action);
-	ELSE
-		RAISE EXCEPTION '% is being processed by another session', msg
-			USING ERRCODE = 'IB004',
-				  DETAIL = 'This session does not own it: another session took it, or this session''s lease ran out and another worker took it again.',
-				  HINT = 'Roll back the transaction, so that the effect of this processing does not commit.';
-	END IF;
-END
-$$;
-
-/* ------------------------------------------------------------------------
- * The API
- *
- * Every API function that names a scope is an entry point: a SECURITY
- * INVOKER C function that checks the scope grants for the role that called
- * it, then calls the SECURITY DEFINER implementation of the same name and
- * arguments in schema inbox (src/access.c says why it takes two
- * functions).  Nobody but the extension's owner may call an implementation
- * directly, and EXECUTE on the entry points is granted to nobody: an
- * administrator grants it to the consumer roles (see README).
- * ------------------------------------------------------------------------ */
-
--- The implementations
-
-CREATE FUNCTION inbox.inbox_claim(scope text, message_id text,
-								  payload_hash bytea DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_claim_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_claim_many(scope text, message_ids text[],
-									   payload_hashes bytea[] DEFAULT NULL,
-									   on_mismatch text DEFAULT 'raise')
-RETURNS TABLE (ordinality integer, message_id text, status text)
-AS 'MODULE_PATHNAME', 'inbox_claim_many_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_status(scope text, message_id text,
-								   OUT received_at timestamptz,
-								   OUT payload_hash bytea,
-								   OUT state text)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'inbox_status_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-ROWS 1;
-
-CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
-									payload_hash bytea DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
-									payload_hash bytea DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-/*
- * The take and the completion are C (src/deferred.c): they run kept plans,
- * which do not depend on statistics or on plan_cache_mode.  The takes'
- * SET clauses keep their plans on the open-messages index whatever the
- * statistics say (src/deferred.c says why).  inbox_take
- * binds what it takes to this session; inbox_poll also gives each message
- * a receipt, which any session may complete, fail or extend, and can wait
- * for messages to arrive.
- */
-CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
-								 lease interval DEFAULT NULL)
-RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz)
-AS 'MODULE_PATHNAME', 'inbox_take_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_sort = off;
-
-CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
-								 lease interval DEFAULT '30 seconds',
-								 wait interval DEFAULT NULL)
-RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz,
-			   receipt uuid, lease_until timestamptz)
-AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_sort = off;
-
-CREATE FUNCTION inbox.inbox_complete(scope text, message_id text, result jsonb DEFAULT NULL)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_complete_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_complete(scope text, receipt uuid, result jsonb DEFAULT NULL)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-/*
- * inbox.refuse_receipt(scope, receipt, action): explain why an UPDATE by
- * receipt matched no row, and raise.
- */
-CREATE FUNCTION inbox.refuse_receipt(p_scope text, p_receipt uuid, p_action text)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF p_receipt IS NULL THEN
-		RAISE EXCEPTION 'receipt must not be null' USING ERRCODE = '22004';
-	END IF;
-	RAISE EXCEPTION 'the receipt does not hold a message in scope "%"', inbox.quote(p_scope)
-		USING ERRCODE = 'IB004',
-			  DETAIL = format('The message that receipt %s was given for was completed or failed since, or another take has it now (its lease ran out, or the session that took it ended).', p_receipt),
-			  HINT = format('Roll back the transaction, so that the effect of this processing does not commit; a message can only be %s under the receipt of its latest take.', p_action);
-END
-$$;
-
-/*
- * fail by owner session or by receipt: one body, whose UPDATE matches the
- * session's own message (p_receipt NULL), or the message the receipt
- * holds.  extend by owner session is below; extend by receipt is C
- * (src/deferred.c), so that Citus can delegate it.
- */
-CREATE FUNCTION inbox.fail_message(p_scope text, p_id text, p_receipt uuid,
-								   p_error text, p_retry_after interval)
-RETURNS text
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	new_state "char";
-	allowed integer;
-	-- The times are computed before the UPDATE, and passed to it as
-	-- values: Citus refuses a volatile function, and a stable one inside a
-	-- CASE, in an UPDATE of a distributed table (docs/scale-out.md).
-	finished timestamptz := pg_catalog.now();
-	retry_at timestamptz;
-	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
-BEGIN
-	IF p_retry_after < interval '0' THEN
-		RAISE EXCEPTION 'retry_after must not be negative'
-			USING ERRCODE = '22023';
-	END IF;
-	allowed := inbox.max_attempts(p_scope);
-	retry_at := pg_catalog.clock_timestamp() + coalesce(p_retry_after, interval '0');
-	-- Before the UPDATE, which locks the message: its due moves, and the
-	-- scope's front must hear of it even if this transaction aborts
-	-- (src/front.c).  Takes waiting on the scope wake at commit.
-	PERFORM inbox.wake_takers(p_scope);
-	-- Two statements, so that each finds its row by an index of one leaf
-	-- whatever plan_cache_mode says
-	IF p_receipt IS NULL THEN
-		UPDATE inbox.entries AS e
-		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
-			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
-			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
-			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
-		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
-		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-		   AND e.state = 'r' AND e.owner_session = me
-		RETURNING e.state INTO new_state;
-		IF NOT FOUND THEN
-			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
-		END IF;
-	ELSE
-		UPDATE inbox.entries AS e
-		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
-			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
-			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
-			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
-		 WHERE e.receipt = p_receipt
-		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND e.state = 'r'
-		RETURNING e.state INTO new_state;
-		IF NOT FOUND THEN
-			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
-		END IF;
-	END IF;
-	PERFORM inbox.count_failure(p_scope);
-	RETURN inbox.state_name(new_state);
-END
-$$;
-
-CREATE FUNCTION inbox.extend_lease(p_scope text, p_id text, p_lease interval)
-RETURNS timestamptz
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	until timestamptz;
-	-- Values, not functions, in the UPDATE: see inbox.fail_message
-	me bigint := inbox.session_key();
-	lease_end timestamptz;
-BEGIN
-	IF p_lease IS NULL OR p_lease <= interval '0' THEN
-		RAISE EXCEPTION 'lease must be positive'
-			USING ERRCODE = '22023';
-	END IF;
-	lease_end := pg_catalog.clock_timestamp() + p_lease;
-	-- As in inbox.fail_message: the front, and the takes waiting to
-	-- recheck the held message, hear of the new due.
-	PERFORM inbox.wake_takers(p_scope);
-	-- A message polled under a lease is due when its lease runs out; one
-	-- bound to its session stays due from its take (src/deferred.c).
-	UPDATE inbox.entries AS e
-	   SET lease_until = lease_end,
-		   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
-	   AND e.state = 'r' AND e.owner_session = me
-	RETURNING e.lease_until INTO until;
-	IF NOT FOUND THEN
-		PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
-	END IF;
-	RETURN until;
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
-								 retry_after interval DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM inbox.check_key(inbox_fail.scope, inbox_fail.message_id, true);
-	RETURN inbox.fail_message(inbox_fail.scope, inbox_fail.message_id, NULL,
-							  inbox_fail.error, inbox_fail.retry_after);
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_fail(scope text, receipt uuid, error text,
-								 retry_after interval DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM inbox.check_key(inbox_fail.scope, NULL, false);
-	IF inbox_fail.receipt IS NULL THEN
-		PERFORM inbox.refuse_receipt(inbox_fail.scope, NULL, 'failed');
-	END IF;
-	RETURN inbox.fail_message(inbox_fail.scope, NULL, inbox_fail.receipt,
-							  inbox_fail.error, inbox_fail.retry_after);
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_extend(scope text, message_id text, lease interval)
-RETURNS timestamptz
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM inbox.check_key(inbox_extend.scope, inbox_extend.message_id, true);
-	RETURN inbox.extend_lease(inbox_extend.scope, inbox_extend.message_id, inbox_extend.lease);
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_extend(scope text, receipt uuid, lease interval)
-RETURNS timestamptz
-AS 'MODULE_PATHNAME', 'inbox_extend_receipt_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_requeue(scope text, message_id text)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
-	PERFORM inbox.wake_takers(inbox_requeue.scope);
-	UPDATE inbox.entries AS e
-	   SET state = 'p', attempts = 0, due = now(), finished_at = NULL,
-		   owner_session = NULL, lease_until = NULL, receipt = NULL
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
-	   AND e.state = 'x';
-	IF NOT FOUND THEN
-		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
-	END IF;
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_set_max_attempts(scope text, max_attempts integer)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-BEGIN
-	PERFORM inbox.check_key(inbox_set_max_attempts.scope, NULL, false);
-	IF inbox_set_max_attempts.max_attempts < 1 THEN
-		RAISE EXCEPTION 'max_attempts must be at least 1'
-			USING ERRCODE = '22023',
-				  HINT = 'Pass NULL to go back to inbox.max_attempts.';
-	END IF;
-	INSERT INTO inbox.scopes AS s (scope, max_attempts)
-	VALUES (inbox_set_max_attempts.scope, inbox_set_max_attempts.max_attempts)
-	ON CONFLICT (scope) DO UPDATE SET max_attempts = EXCLUDED.max_attempts;
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_result(scope text, message_id text)
-RETURNS jsonb
-AS 'MODULE_PATHNAME', 'inbox_result_1_0'
-LANGUAGE C STABLE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
 /*
  * Retention overrides are bounded like inbox.retention: a retention
  * beyond it could only push the purge's arithmetic out of the range of
@@ -1022,6 +1704,8 @@ BEGIN
 END
 $$;
 
+-- Everything a scope holds: its entries in every state, its stream
+-- offsets, its row of inbox.scopes and its counters
 CREATE FUNCTION inbox.inbox_drop_scope(scope text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1046,6 +1730,77 @@ BEGIN
 	RETURN removed;
 END
 $$;
+
+COMMENT ON FUNCTION inbox.inbox_set_retention(text, interval) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_drop_scope(text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_set_retention(scope text, retention interval)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_retention(text, interval) IS
+'override inbox.retention for one scope; NULL goes back to the setting';
+
+CREATE FUNCTION @extschema@.inbox_drop_scope(scope text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_drop_scope(text) IS
+'remove a scope that will never be used again, with all its entries and stream offsets; returns the entries removed';
+
+-- Not an entry point: it names no scope, and is SECURITY DEFINER itself
+CREATE FUNCTION @extschema@.inbox_purge()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_purge_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION @extschema@.inbox_purge() IS
+'purge expired entries: one batch per leaf and scope, in the caller''s transaction; returns the rows purged';
+
+REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.observe(text, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_scope(regclass, text, timestamptz, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_retention(text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_drop_scope(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_retention(text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_drop_scope(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_purge() FROM PUBLIC;
+
+-- ======================================================================
+-- 8. Grants and bundles
+-- ======================================================================
+
+/*
+ * Scope grants.  A scope without a row in inbox.scope_grants (section 1)
+ * is open to every role that may execute the API; once it has one, only
+ * the granted roles (and the roles that have their privileges) may act on
+ * it.  The entry points check them (src/access.c).
+ *
+ * Grant bundles.  A bundle is the set of API functions and views one kind
+ * of role needs: consumer (claims), receiver (receives), worker (takes,
+ * polls, completions, failures and lease extensions), streams (offset
+ * claims) and operator (the views and requeue).  inbox_grant_bundle and
+ * inbox_revoke_bundle grant or revoke all of a bundle at once; they
+ * belong to the extension's owner, whose privileges their entry point
+ * checks as it does for inbox_grant.
+ *
+ * inbox.bundle_objects says which object is in which bundle; an object is
+ * in one bundle at most.  The functions no bundle holds (settings, scope
+ * grants, purge, forget, distribute, the bundles' own functions) are the
+ * owner's alone.
+ *
+ * A role holds a bundle when it holds a privilege, granted directly, on
+ * every object in it.  An update script puts each object it creates into
+ * a bundle with inbox.bundle_add, which grants the new object to the roles
+ * that hold the bundle, so that an update never leaves a role with part
+ * of what it was given.
+ */
 
 /*
  * inbox_grant and inbox_revoke: the extension's owner or a superuser only.
@@ -1095,165 +1850,10 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION inbox.inbox_claim(text, text, bytea) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_status(text, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_complete(text, text, jsonb) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_fail(text, text, text, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_extend(text, text, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_requeue(text, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_set_max_attempts(text, integer) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_result(text, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_set_retention(text, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_drop_scope(text) IS
-'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_grant(text, regrole) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_revoke(text, regrole) IS
 'implementation behind the API function of the same name; call that one';
-
--- The entry points
-
-CREATE FUNCTION @extschema@.inbox_claim(scope text, message_id text,
-										payload_hash bytea DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_claim(text, text, bytea) IS
-'claim a message in the current transaction: true if new, false (or IB001) if already processed, IB002 on a payload mismatch';
-
-CREATE FUNCTION @extschema@.inbox_claim_many(scope text, message_ids text[],
-											 payload_hashes bytea[] DEFAULT NULL,
-											 on_mismatch text DEFAULT 'raise')
-RETURNS TABLE (ordinality integer, message_id text, status text)
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) IS
-'claim a batch of messages in the current transaction: one row per id, claimed, duplicate or (on_mismatch => ''return'') mismatch';
-
-CREATE FUNCTION @extschema@.inbox_status(scope text, message_id text,
-										 OUT received_at timestamptz,
-										 OUT payload_hash bytea,
-										 OUT state text)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE
-ROWS 1;
-
-COMMENT ON FUNCTION @extschema@.inbox_status(text, text) IS
-'the entry of a message (received_at, payload_hash, state), or no row';
-
-CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
-										  payload_hash bytea DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) IS
-'store a message as pending: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
-
-CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
-										  payload_hash bytea DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) IS
-'store a binary message (EDI, protobuf, ...) as pending';
-
-CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
-									   lease interval DEFAULT NULL)
-RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz)
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_take(text, integer, interval) IS
-'take up to max_messages pending messages, oldest first; concurrent takers never get the same one';
-
-CREATE FUNCTION @extschema@.inbox_complete(scope text, message_id text,
-										   result jsonb DEFAULT NULL)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) IS
-'mark a message this session took as done, storing its result; commits with the business effect';
-
-CREATE FUNCTION @extschema@.inbox_fail(scope text, message_id text, error text,
-									   retry_after interval DEFAULT NULL)
-RETURNS text
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) IS
-'give back a message this session took: pending again after retry_after, or dead after its last attempt; returns the new state';
-
-CREATE FUNCTION @extschema@.inbox_extend(scope text, message_id text, lease interval)
-RETURNS timestamptz
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_extend(text, text, interval) IS
-'extend the lease of a message this session took; returns the new end of the lease';
-
-CREATE FUNCTION @extschema@.inbox_requeue(scope text, message_id text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_requeue(text, text) IS
-'put a dead message back to pending, with its attempts reset';
-
-CREATE FUNCTION @extschema@.inbox_set_max_attempts(scope text, max_attempts integer)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_set_max_attempts(text, integer) IS
-'override inbox.max_attempts for one scope; NULL goes back to the setting';
-
-CREATE FUNCTION @extschema@.inbox_result(scope text, message_id text)
-RETURNS jsonb
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C STABLE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_result(text, text) IS
-'the result stored by inbox_complete, so that a redelivered request is answered as the first time; NULL if none';
-
-CREATE FUNCTION @extschema@.inbox_set_retention(scope text, retention interval)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_set_retention(text, interval) IS
-'override inbox.retention for one scope; NULL goes back to the setting';
-
-CREATE FUNCTION @extschema@.inbox_drop_scope(scope text)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_drop_scope(text) IS
-'remove a scope that will never be used again, with all its entries and stream offsets; returns the entries removed';
 
 CREATE FUNCTION @extschema@.inbox_grant(scope text, role regrole)
 RETURNS boolean
@@ -1271,189 +1871,12 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_revoke(text, regrole) IS
 'withdraw a scope grant; a scope left without grants is open to every API user';
 
--- Functions that name no scope: SECURITY DEFINER themselves
-
-CREATE FUNCTION @extschema@.inbox_purge()
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_purge_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-COMMENT ON FUNCTION @extschema@.inbox_purge() IS
-'purge expired entries: one batch per leaf and scope, in the caller''s transaction; returns the rows purged';
-
-CREATE FUNCTION @extschema@.inbox_stats_reset()
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	-- Zero the counters, and recount exactly the entries retained per
-	-- scope (the purge keeps that number up to date incrementally, which
-	-- can undercount claims that committed long after they started).
-	PERFORM inbox.forget_counters(NULL);
-	UPDATE inbox.scopes AS s SET retained = inbox.scope_size(s.scope);
-END
-$$;
-
-COMMENT ON FUNCTION @extschema@.inbox_stats_reset() IS
-'reset this database''s counters, and recount the entries retained per scope';
-
-/* ------------------------------------------------------------------------
- * Views for operators
- *
- * They show only the scopes the role querying them may act on (all of them
- * for a superuser): a view reads its tables as its owner but calls
- * functions as the role querying it, so inbox.scope_visible() answers for
- * that role.  They are security barriers: otherwise the planner could run
- * a cheap function of the caller's WHERE clause on rows of other scopes
- * before the filter, and the function could print them.
- * ------------------------------------------------------------------------ */
-
-/*
- * A scope's oldest and newest entry (two probes of its index), and its
- * number of entries.  Functions rather than subqueries of inbox.scope_state
- * and inbox_stats_reset, and PL/pgSQL rather than SQL: on Citus each is
- * then a query on the scope's shard, which Citus runs, where a correlated
- * aggregate over a distributed table joined to a local one is refused
- * (docs/scale-out.md).
- */
-CREATE FUNCTION inbox.scope_span(p_scope text, OUT oldest timestamptz, OUT latest timestamptz)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	SELECT min(e.received_at), max(e.received_at) INTO oldest, latest
-	  FROM inbox.entries AS e
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
-END
-$$;
-
-CREATE FUNCTION inbox.scope_size(p_scope text)
-RETURNS bigint
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	n bigint;
-BEGIN
-	SELECT count(*) INTO n FROM inbox.entries AS e
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
-	RETURN n;
-END
-$$;
-
-/*
- * inbox_stats: one row per scope known to the counters, to the purge or to
- * the deferred mode.  Counters come from shared memory; the clock columns
- * from inbox.scopes and two index probes per scope (its oldest and newest
- * entry); the backlog from the open-messages index.
- */
-CREATE FUNCTION inbox.scope_state(OUT scope text, OUT retention interval, OUT clock text,
-								  OUT cutoff timestamptz, OUT oldest_entry timestamptz,
-								  OUT purge_lag interval, OUT entries_retained bigint)
-RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT sc.scope, r.retention,
-		   CASE WHEN x.latest IS NULL THEN 'empty'
-				WHEN c.cutoff IS NULL THEN 'held'
-				WHEN now() - x.latest > cfg.idle_threshold THEN 'paused'
-				ELSE 'running' END,
-		   c.cutoff, x.oldest,
-		   CASE WHEN x.oldest < c.cutoff THEN c.cutoff - x.oldest
-				ELSE '0'::interval END,
-		   sc.retained
-	  FROM inbox.scopes AS sc
-	 CROSS JOIN inbox.settings() AS cfg
-	 CROSS JOIN LATERAL (SELECT coalesce(sc.retention, cfg.retention) AS retention) AS r
-	 CROSS JOIN LATERAL inbox.scope_span(sc.scope) AS x
-	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
-											 sc.pauses, r.retention, cfg.idle_threshold)
-								AS cutoff) AS c
-$$;
-
-/*
- * pending counts every pending message, delayed ones included (a
- * not_before or a retry delay ahead), and oldest_pending is when the
- * longest-waiting message that is due became due: a message delayed on
- * purpose does not age.
- */
-CREATE FUNCTION inbox.scope_backlog(OUT scope text, OUT pending bigint, OUT processing bigint,
-									OUT dead bigint, OUT oldest_pending timestamptz)
-RETURNS SETOF record
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-	-- Open messages from the open-messages index, dead ones from theirs
-	SELECT b.scope, pg_catalog.sum(b.pending)::bigint, pg_catalog.sum(b.processing)::bigint,
-		   pg_catalog.sum(b.dead)::bigint, pg_catalog.min(b.oldest_pending)
-	  FROM (SELECT e.scope,
-				   count(*) FILTER (WHERE e.state = 'p') AS pending,
-				   count(*) FILTER (WHERE e.state = 'r') AS processing,
-				   0::bigint AS dead,
-				   min(e.due) FILTER (WHERE e.state = 'p' AND e.due <= now()) AS oldest_pending
-			  FROM inbox.entries AS e
-			 WHERE e.state OPERATOR(pg_catalog.<>) 'd'::"char"
-			   AND e.state OPERATOR(pg_catalog.<>) 'x'::"char"
-			 GROUP BY e.scope
-			UNION ALL
-			SELECT e.scope, 0, 0, count(*), NULL
-			  FROM inbox.entries AS e
-			 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
-			 GROUP BY e.scope) AS b
-	 GROUP BY b.scope
-$$;
-
-CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
-	SELECT scope,
-		   c.claims, c.duplicates, c.mismatches,
-		   c.purged AS rows_purged, c.last_purge,
-		   s.retention, s.clock, s.cutoff, s.oldest_entry, s.purge_lag,
-		   s.entries_retained,
-		   coalesce(b.pending, 0) AS pending,
-		   coalesce(b.processing, 0) AS processing,
-		   coalesce(b.dead, 0) AS dead,
-		   now() - b.oldest_pending AS oldest_pending_age,
-		   c.failures
-	  FROM inbox.scope_counters() AS c
-	  FULL JOIN inbox.scope_state() AS s USING (scope)
-	  FULL JOIN inbox.scope_backlog() AS b USING (scope)
-	 WHERE inbox.scope_visible(scope);
-
-COMMENT ON VIEW @extschema@.inbox_stats IS
-'per-scope claims, duplicates, mismatches, purge progress and retention clock';
-
--- The dead letters, read as the extension's owner.  The view reads them
--- through this function rather than from the table: on Citus, a view's
--- query on a distributed table runs on the workers as the role querying
--- the view, which has no access to schema inbox.  Like the other helpers
--- of the views, it stays executable by PUBLIC, who cannot name it (schema
--- inbox is not usable by PUBLIC), and the view applies the scope grants.
-CREATE FUNCTION inbox.dead_letters()
-RETURNS TABLE (scope text, message_id text, attempts integer, last_error text,
-			   received_at timestamptz, died_at timestamptz, payload jsonb, payload_bytes bytea)
-LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT e.scope, e.message_id, e.attempts, e.last_error, e.received_at,
-		   e.finished_at, e.payload, e.payload_bytes
-	  FROM inbox.entries AS e
-	 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
-$$;
-
-CREATE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
-	SELECT d.scope COLLATE "C" AS scope, d.message_id COLLATE "C" AS message_id,
-		   d.attempts, d.last_error, d.received_at, d.died_at, d.payload, d.payload_bytes
-	  FROM inbox.dead_letters() AS d
-	 WHERE inbox.scope_visible(d.scope);
-
-COMMENT ON VIEW @extschema@.inbox_dead_letters IS
-'messages that used all their attempts; inbox_requeue puts one back';
-
--- The grants, read as the extension's owner, for the same reason as
--- inbox.dead_letters.
+-- The grants, read as the extension's owner.  The view reads them through
+-- this function rather than from the table: on Citus, a view's query on a
+-- distributed table runs on the workers as the role querying the view,
+-- which has no access to schema inbox.  Like the other helpers of the
+-- views, it stays executable by PUBLIC, who cannot name it (schema inbox
+-- is not usable by PUBLIC).
 CREATE FUNCTION inbox.grant_rows()
 RETURNS TABLE (scope text, grantee text, granted_at timestamptz)
 LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
@@ -1471,652 +1894,6 @@ CREATE VIEW @extschema@.inbox_grants AS
 
 COMMENT ON VIEW @extschema@.inbox_grants IS
 'scope grants: a scope listed here is open only to its grantees (and their members)';
-
-/* ------------------------------------------------------------------------
- * The drop guard
- *
- * DROP EXTENSION inbox, and DROP OWNED BY its owner, without CASCADE are
- * refused while entries exist; with CASCADE, and for DROP SCHEMA ... CASCADE
- * of a schema the extension lives in, they warn (src/guard.c).  The trigger
- * belongs to the extension, so it goes with it.
- * ------------------------------------------------------------------------ */
-CREATE FUNCTION inbox.guard_drop()
-RETURNS event_trigger
-AS 'MODULE_PATHNAME', 'inbox_guard_drop'
-LANGUAGE C
-SET search_path = pg_catalog, pg_temp;
-
-CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
-	WHEN TAG IN ('DROP EXTENSION', 'DROP SCHEMA', 'DROP OWNED')
-	EXECUTE FUNCTION inbox.guard_drop();
-
-/* ------------------------------------------------------------------------
- * Streams: deduplication by a high-water mark (src/offsets.c)
- *
- * For a stream that delivers in order with a monotonic sequence number,
- * one row per (scope, stream) holds the highest number claimed.  A claim
- * advances it in the caller's transaction; the row's lock orders the
- * claims of one stream.  Nothing is inserted per message, so nothing is
- * purged: an offset stays until its scope is dropped.
- *
- * The table has no CHECK constraints: the C code checks every value on the
- * only path that writes, and a CHECK would cost every claim the setup of
- * its evaluation, which is more than the update itself costs.  Unlike an entry's key, a stream's needs no
- * bucket: a restore into another encoding only re-encodes it, and a name
- * that grows on the way is still one name.  The btree refuses any key too
- * long to index.
- * ------------------------------------------------------------------------ */
-
-CREATE TABLE inbox.offsets (
-	scope text COLLATE pg_catalog."C" NOT NULL,
-	stream text COLLATE pg_catalog."C" NOT NULL,
-	seq bigint NOT NULL,
-	advanced_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	CONSTRAINT offsets_pkey PRIMARY KEY (scope, stream)
-);
-
-COMMENT ON TABLE inbox.offsets IS 'per (scope, stream), the highest sequence number claimed';
-
-REVOKE ALL ON TABLE inbox.offsets FROM PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('inbox.offsets', '');
-
-CREATE FUNCTION inbox.inbox_claim_offset(scope text, stream text, seq bigint,
-										 strict boolean DEFAULT false)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_claim_offset'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_claim_offsets(scope text, stream text, first_seq bigint,
-										  last_seq bigint, strict boolean DEFAULT false)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_claim_offsets'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-COMMENT ON FUNCTION inbox.inbox_claim_offset(text, text, bigint, boolean) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_claim_offsets(text, text, bigint, bigint, boolean) IS
-'implementation behind the API function of the same name; call that one';
-
-CREATE FUNCTION @extschema@.inbox_claim_offset(scope text, stream text, seq bigint,
-											   strict boolean DEFAULT false)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_claim_offset(text, text, bigint, boolean) IS
-'claim sequence number seq of an ordered stream: true if above the stream''s mark (which becomes seq), false (or IB001) if not; strict refuses gaps (IB006)';
-
-CREATE FUNCTION @extschema@.inbox_claim_offsets(scope text, stream text, first_seq bigint,
-												last_seq bigint, strict boolean DEFAULT false)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_claim_offsets(text, text, bigint, bigint, boolean) IS
-'claim sequence numbers first_seq to last_seq of an ordered stream: the lowest new one, or NULL (or IB001) if none is new';
-
-REVOKE ALL ON FUNCTION inbox.inbox_claim_offset(text, text, bigint, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_claim_offsets(text, text, bigint, bigint, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_claim_offset(text, text, bigint, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_claim_offsets(text, text, bigint, bigint, boolean) FROM PUBLIC;
-
-/* ------------------------------------------------------------------------
- * Forgetting, audited (src/forget.c)
- *
- * inbox_forget and inbox_forget_range remove processed entries so that
- * their next delivery is processed again.  Only the extension's owner,
- * superusers and the roles in inbox.forget_grants may call them (their
- * entry point checks it: EXECUTE is not enough), and every call leaves
- * rows in inbox.forget_log, in the same transaction.
- * ------------------------------------------------------------------------ */
-
-CREATE TABLE inbox.forget_grants (
-	grantee text COLLATE "C" NOT NULL,
-	grantee_oid oid NOT NULL,
-	granted_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	CONSTRAINT forget_grants_pkey PRIMARY KEY (grantee),
-	CONSTRAINT forget_grants_grantee_check
-		CHECK (pg_catalog.octet_length(grantee) BETWEEN 1 AND 63)
-);
-
-/*
- * A role is allowed by name and OID, and counts only while both still
- * match: a role dropped and another created under its name (by anyone with
- * CREATEROLE) does not inherit the right to forget.  After a restore into
- * another cluster the OIDs differ, so the owner allows the roles again: a
- * power is not restored blindly.
- */
-COMMENT ON TABLE inbox.forget_grants IS 'roles allowed to forget entries, besides the extension''s owner';
-
-/*
- * One row per entry forgotten, with the entry as it was; or one row with
- * no entry for a call that found nothing.  Who: the role that called
- * (role_name), the session's role, the backend, the application and the
- * client; when: the time the row was written.
- */
-CREATE TABLE inbox.forget_log (
-	forgotten_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
-	transaction_id xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),
-	scope text COLLATE "C" NOT NULL,
-	message_id text COLLATE "C",
-	received_from timestamptz,
-	received_before timestamptz,
-	reason text NOT NULL,
-	entry jsonb,
-	role_name text NOT NULL,
-	session_role text NOT NULL,
-	backend_pid integer NOT NULL,
-	application_name text,
-	client_addr inet
-);
-
-COMMENT ON TABLE inbox.forget_log IS 'audit of inbox_forget and inbox_forget_range';
-
-CREATE INDEX forget_log_scope_forgotten_at ON inbox.forget_log (scope, forgotten_at);
-
-REVOKE ALL ON TABLE inbox.forget_grants, inbox.forget_log FROM PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('inbox.forget_grants', '');
-SELECT pg_catalog.pg_extension_config_dump('inbox.forget_log', '');
-
-CREATE FUNCTION inbox.inbox_forget(scope text, message_id text, reason text)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_forget'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_forget_range(scope text, received_from timestamptz,
-										 received_before timestamptz, reason text)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_forget_range'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_allow_forget(role regrole)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF inbox_allow_forget.role IS NULL THEN
-		RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
-	END IF;
-	INSERT INTO inbox.forget_grants AS g (grantee, grantee_oid)
-	VALUES (pg_catalog.pg_get_userbyid(inbox_allow_forget.role), inbox_allow_forget.role)
-	ON CONFLICT (grantee) DO UPDATE SET grantee_oid = EXCLUDED.grantee_oid, granted_at = pg_catalog.now()
-	WHERE g.grantee_oid OPERATOR(pg_catalog.<>) EXCLUDED.grantee_oid;
-	RETURN FOUND;
-END
-$$;
-
-CREATE FUNCTION inbox.inbox_disallow_forget(role regrole)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	IF inbox_disallow_forget.role IS NULL THEN
-		RAISE EXCEPTION 'role must not be null' USING ERRCODE = '22004';
-	END IF;
-	DELETE FROM inbox.forget_grants AS g
-	 WHERE g.grantee OPERATOR(pg_catalog.=) pg_catalog.pg_get_userbyid(inbox_disallow_forget.role);
-	RETURN FOUND;
-END
-$$;
-
-COMMENT ON FUNCTION inbox.inbox_forget(text, text, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_forget_range(text, timestamptz, timestamptz, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_allow_forget(regrole) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_disallow_forget(regrole) IS
-'implementation behind the API function of the same name; call that one';
-
-CREATE FUNCTION @extschema@.inbox_forget(scope text, message_id text, reason text)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_forget'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_forget(text, text, text) IS
-'remove a processed entry so that its next delivery is processed again; audited; owner, superusers and allowed roles only';
-
-CREATE FUNCTION @extschema@.inbox_forget_range(scope text, received_from timestamptz,
-											   received_before timestamptz, reason text)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'inbox_enter_forget'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_forget_range(text, timestamptz, timestamptz, text) IS
-'remove a scope''s processed entries received in [received_from, received_before), for a replay; audited; returns how many';
-
-CREATE FUNCTION @extschema@.inbox_allow_forget(role regrole)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_admin'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_allow_forget(regrole) IS
-'let a role (and its members) call inbox_forget and inbox_forget_range';
-
-CREATE FUNCTION @extschema@.inbox_disallow_forget(role regrole)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_admin'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_disallow_forget(regrole) IS
-'withdraw what inbox_allow_forget gave';
-
-CREATE VIEW @extschema@.inbox_forget_log WITH (security_barrier) AS
-	SELECT f.forgotten_at, f.transaction_id, f.scope, f.message_id, f.received_from,
-		   f.received_before, f.reason, f.role_name, f.session_role, f.backend_pid,
-		   f.application_name, f.client_addr, f.entry
-	  FROM inbox.forget_log AS f
-	 WHERE inbox.scope_visible(f.scope);
-
-COMMENT ON VIEW @extschema@.inbox_forget_log IS
-'who forgot which entries, when and why, with the entries as they were';
-
-REVOKE ALL ON FUNCTION inbox.inbox_forget(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_forget_range(text, timestamptz, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_allow_forget(regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_disallow_forget(regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_forget(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_forget_range(text, timestamptz, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_allow_forget(regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_disallow_forget(regrole) FROM PUBLIC;
-REVOKE ALL ON @extschema@.inbox_forget_log FROM PUBLIC;
-
-/* ------------------------------------------------------------------------
- * The deferred mode by receipt: receipts, waiting takes, batch and delayed
- * receives (src/deferred.c, src/wakeup.c)
- *
- * They are overloads beside the forms by message id rather than new
- * arguments of them: a function whose arguments or result columns change
- * must be dropped and created again, which would drop the EXECUTE
- * privileges administrators granted on it, and a GRANT run by an update
- * script would be recorded as one of the extension's initial privileges,
- * which pg_dump then leaves out.
- * ------------------------------------------------------------------------ */
-
--- Wake the takes waiting on a scope when this transaction commits
-CREATE FUNCTION inbox.wake_takers(scope text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_wake_takers'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-
-REVOKE ALL ON FUNCTION inbox.wake_takers(text) FROM PUBLIC;
-
--- For messages moved by hand (an UPDATE of inbox.entries, as the tests
--- do): the next take of the scope scans it from its oldest entry.
-CREATE FUNCTION inbox.forget_front(scope text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_forget_front'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
-REVOKE ALL ON FUNCTION inbox.forget_front(text) FROM PUBLIC;
-
-CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
-									payload_hash bytea, not_before timestamptz)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
-									payload_hash bytea, not_before timestamptz)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
-										 payload_hashes bytea[] DEFAULT NULL,
-										 not_before timestamptz DEFAULT NULL,
-										 on_mismatch text DEFAULT 'raise')
-RETURNS TABLE (ordinality integer, message_id text, status text)
-AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
-										 payload_hashes bytea[] DEFAULT NULL,
-										 not_before timestamptz DEFAULT NULL,
-										 on_mismatch text DEFAULT 'raise')
-RETURNS TABLE (ordinality integer, message_id text, status text)
-AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp;
-
-COMMENT ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_extend(text, uuid, interval) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
-'implementation behind the API function of the same name; call that one';
-
-CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 1,
-									   lease interval DEFAULT '30 seconds',
-									   wait interval DEFAULT NULL)
-RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz,
-			   receipt uuid, lease_until timestamptz)
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) IS
-'take up to max_messages messages under a lease, each with a receipt any session may complete; waits up to wait for one to arrive';
-
-CREATE FUNCTION @extschema@.inbox_complete(scope text, receipt uuid,
-										   result jsonb DEFAULT NULL)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) IS
-'mark the message a receipt holds as done, from any session; commits with the business effect';
-
-CREATE FUNCTION @extschema@.inbox_fail(scope text, receipt uuid, error text,
-									   retry_after interval DEFAULT NULL)
-RETURNS text
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) IS
-'give back the message a receipt holds, from any session; returns its new state';
-
-CREATE FUNCTION @extschema@.inbox_extend(scope text, receipt uuid, lease interval)
-RETURNS timestamptz
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_extend(text, uuid, interval) IS
-'extend the lease of the message a receipt holds, from any session; returns the new end of the lease';
-
-CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
-										  payload_hash bytea, not_before timestamptz)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz) IS
-'store a message as pending, not to be taken before not_before';
-
-CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
-										  payload_hash bytea, not_before timestamptz)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) IS
-'store a binary message as pending, not to be taken before not_before';
-
-CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
-											   payload_hashes bytea[] DEFAULT NULL,
-											   not_before timestamptz DEFAULT NULL,
-											   on_mismatch text DEFAULT 'raise')
-RETURNS TABLE (ordinality integer, message_id text, status text)
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) IS
-'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
-
-CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
-											   payload_hashes bytea[] DEFAULT NULL,
-											   not_before timestamptz DEFAULT NULL,
-											   on_mismatch text DEFAULT 'raise')
-RETURNS TABLE (ordinality integer, message_id text, status text)
-AS 'MODULE_PATHNAME', 'inbox_enter_scope'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) IS
-'store a batch of binary messages as pending: one row per id';
-
-REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_extend(text, uuid, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, uuid, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) FROM PUBLIC;
-
-/* ------------------------------------------------------------------------
- * Scale-out: Citus (docs/scale-out.md)
- *
- * inbox_distribute(colocate_with) distributes the inbox beside a business
- * table that is distributed by scope:
- *
- *	- inbox.entries, by scope, co-located with that table;
- *	- inbox.scope_grants, as a reference table: the API's entry points
- *	  that Citus delegates to the worker holding a scope's shard check the
- *	  grants there, against the same rows as the coordinator;
- *	- the entry points an application calls inside the transaction of its
- *	  effect, as functions delegated by their scope argument, with
- *	  force_delegation.  Such a call runs on the worker, as the role that
- *	  made it (then as the owner, behind the entry point, locally), and
- *	  Citus pins the rest of the transaction to that worker over the
- *	  caller's connection.  The claim and the effect are then written over
- *	  one connection as one user, which is what Citus requires of a
- *	  transaction that writes one placement twice (25001 otherwise).
- *
- * The entry points that read or wake state only the coordinator has are
- * not delegated: inbox_receive and inbox_poll (wake-ups of waiting polls,
- * per-scope max_attempts in inbox.scopes) and inbox_fail (max_attempts).
- * ------------------------------------------------------------------------ */
-CREATE FUNCTION inbox.delegated_functions()
-RETURNS regprocedure[]
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT ARRAY['@extschema@.inbox_claim(text, text, bytea)',
-				 '@extschema@.inbox_claim_many(text, text[], bytea[], text)',
-				 '@extschema@.inbox_status(text, text)',
-				 '@extschema@.inbox_result(text, text)',
-				 '@extschema@.inbox_complete(text, uuid, jsonb)',
-				 '@extschema@.inbox_extend(text, uuid, interval)']::regprocedure[]
-$$;
-
-CREATE FUNCTION @extschema@.inbox_distribute(colocate_with regclass)
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	dist_column text;
-	dist_type oid;
-	dist_collation oid;
-	entries_colocation integer;
-	fn regprocedure;
-	grantee text;
-BEGIN
-	IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
-		RAISE EXCEPTION 'inbox_distribute needs Citus'
-			USING ERRCODE = 'feature_not_supported',
-				  DETAIL = 'Extension citus is not installed in this database.',
-				  HINT = 'On one node, the inbox needs no distribution.';
-	END IF;
-
-	-- The business table, distributed by hash on a text column of collation "C"
-	SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
-	  INTO dist_column
-	  FROM pg_catalog.pg_dist_partition AS p
-	 WHERE p.logicalrelid = colocate_with AND p.partmethod = 'h';
-	IF dist_column IS NULL THEN
-		RAISE EXCEPTION 'table % is not distributed by hash', colocate_with
-			USING ERRCODE = 'wrong_object_type',
-				  DETAIL = 'inbox.entries is co-located with a table distributed by the scope its rows belong to.',
-				  HINT = 'Distribute it first: SELECT create_distributed_table(''table'', ''scope column'').';
-	END IF;
-	SELECT a.atttypid, a.attcollation INTO dist_type, dist_collation
-	  FROM pg_catalog.pg_attribute AS a
-	 WHERE a.attrelid = colocate_with AND a.attname = dist_column;
-	IF dist_type <> 'pg_catalog.text'::pg_catalog.regtype THEN
-		RAISE EXCEPTION 'the distribution column % of table % is of type %, not text',
-				dist_column, colocate_with, dist_type::pg_catalog.regtype
-			USING ERRCODE = 'datatype_mismatch',
-				  DETAIL = 'Citus co-locates tables whose distribution columns have the same type; inbox.entries.scope is text.';
-	END IF;
-	IF dist_collation <> 'pg_catalog."C"'::pg_catalog.regcollation THEN
-		RAISE EXCEPTION 'the distribution column % of table % has collation %, not "C"',
-				dist_column, colocate_with, dist_collation::pg_catalog.regcollation
-			USING ERRCODE = 'collation_mismatch',
-				  DETAIL = 'The inbox compares scopes byte-wise, and Citus co-locates only distribution columns of one collation.',
-				  HINT = 'Create the business table with that column COLLATE "C", before distributing it; Citus cannot change a distribution column afterwards.';
-	END IF;
-
-	-- inbox.entries: distribute it, or check that it is co-located already
-	SELECT p.colocationid INTO entries_colocation
-	  FROM pg_catalog.pg_dist_partition AS p
-	 WHERE p.logicalrelid = 'inbox.entries'::pg_catalog.regclass;
-	IF entries_colocation IS NULL THEN
-		PERFORM pg_catalog.create_distributed_table('inbox.entries', 'scope',
-													colocate_with => colocate_with::text);
-	ELSIF entries_colocation <> (SELECT p.colocationid FROM pg_catalog.pg_dist_partition AS p
-								  WHERE p.logicalrelid = colocate_with) THEN
-		RAISE EXCEPTION 'inbox.entries is already distributed, and not co-located with table %', colocate_with
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = 'Citus cannot redistribute a table that belongs to an extension.';
-	END IF;
-
-	-- inbox.scope_grants on every node.  Its statement trigger, which drops
-	-- the backends' caches of the grants, must follow it onto the shards:
-	-- Citus creates triggers there only when allowed to.
-	IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
-				   WHERE p.logicalrelid = 'inbox.scope_grants'::pg_catalog.regclass) THEN
-		PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-		PERFORM pg_catalog.create_reference_table('inbox.scope_grants');
-	END IF;
-
-	-- The delegated entry points.  Citus propagates a GRANT on a function
-	-- only once the function is distributed, so the EXECUTE privileges
-	-- given before are given again, now to every node.
-	FOREACH fn IN ARRAY inbox.delegated_functions() LOOP
-		PERFORM pg_catalog.create_distributed_function(fn, 'scope',
-													   colocate_with => 'inbox.entries',
-													   force_delegation => true);
-		FOR grantee IN
-			SELECT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
-						ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END
-			  FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS x
-			 WHERE p.oid = fn AND x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
-		LOOP
-			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', fn, grantee);
-		END LOOP;
-	END LOOP;
-
-	RAISE NOTICE 'the inbox is distributed with table %', colocate_with
-		USING DETAIL = 'This cannot be undone: Citus does not undistribute a table that belongs to an extension. '
-					   'DROP EXTENSION inbox still works.';
-END;
-$$;
-
-COMMENT ON FUNCTION @extschema@.inbox_distribute(regclass) IS
-'on Citus: distribute the inbox by scope, co-located with a business table, and delegate the API calls made in an effect''s transaction';
-
-/*
- * Called by the drop guard (src/guard.c) before DROP EXTENSION inbox runs
- * on a distributed inbox.  Citus's own drop trigger fails on the leaves of
- * a distributed partitioned table that belongs to an extension, and the
- * reference table's shard on the coordinator is not a member of the
- * extension, so the drop would fail.  Detached from the extension, the
- * tables (and the views over them, which would otherwise hold them) drop
- * as any distributed table does; the DROP EXTENSION that follows, in the
- * same transaction, removes the rest.
- */
-CREATE FUNCTION inbox.citus_drop_tables()
-RETURNS void
-LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-SET client_min_messages = warning
-AS $$
-DECLARE
-	tables regclass[];
-	views text[];
-	view text;
-	obj regclass;
-BEGIN
-	-- One connection per node, as Citus requires of an extension command
-	PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
-	SELECT pg_catalog.array_agg(c.oid::pg_catalog.regclass) INTO tables
-	  FROM pg_catalog.pg_class AS c
-	 WHERE c.relnamespace = 'inbox'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p')
-	   AND c.oid IN (SELECT p.logicalrelid FROM pg_catalog.pg_dist_partition AS p);
-	-- The extension's views, which read those tables or one another
-	SELECT pg_catalog.array_agg(c.oid::pg_catalog.regclass::text) INTO views
-	  FROM pg_catalog.pg_depend AS d
-	  JOIN pg_catalog.pg_class AS c ON c.oid = d.objid
-	 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
-	   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-	   AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'inbox')
-	   AND c.relkind = 'v';
-	FOREACH view IN ARRAY coalesce(views, '{}') LOOP
-		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP VIEW %s', view);
-	END LOOP;
-	FOREACH view IN ARRAY coalesce(views, '{}') LOOP
-		EXECUTE pg_catalog.format('DROP VIEW IF EXISTS %s CASCADE', view);
-	END LOOP;
-	FOREACH obj IN ARRAY tables LOOP
-		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP TABLE %s', obj);
-	END LOOP;
-	-- The parents; their leaves go with them
-	FOREACH obj IN ARRAY tables LOOP
-		IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = obj AND NOT c.relispartition) THEN
-			EXECUTE pg_catalog.format('DROP TABLE %s', obj);
-		END IF;
-	END LOOP;
-END;
-$$;
-
-REVOKE ALL ON FUNCTION inbox.delegated_functions() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_distribute(regclass) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
-
-/* ------------------------------------------------------------------------
- * Grant bundles
- *
- * A bundle is the set of API functions and views one kind of role needs:
- * consumer (claims), receiver (receives), worker (takes, polls,
- * completions, failures and lease extensions), streams (offset claims)
- * and operator (the views and requeue).  inbox_grant_bundle and
- * inbox_revoke_bundle grant or revoke all of a bundle at once; they
- * belong to the extension's owner, whose privileges their entry point
- * checks as it does for inbox_grant.
- *
- * inbox.bundle_objects says which object is in which bundle; an object is
- * in one bundle at most.  The functions no bundle holds (settings, scope
- * grants, purge, forget, distribute, the bundles' own functions) are the
- * owner's alone.
- *
- * A role holds a bundle when it holds a privilege, granted directly, on
- * every object in it.  An update script puts each object it creates into
- * a bundle with inbox.bundle_add, which grants the new object to the roles
- * that hold the bundle, so that an update never leaves a role with part
- * of what it was given.
- * ------------------------------------------------------------------------ */
 
 CREATE TABLE inbox.bundle_objects (
 	bundle text COLLATE pg_catalog."C" NOT NULL,
@@ -2321,6 +2098,9 @@ CREATE VIEW @extschema@.inbox_bundles AS
 COMMENT ON VIEW @extschema@.inbox_bundles IS
 'the grant bundles: which function or view each holds';
 
+-- The bundles.  Objects are named as text, resolved only when a bundle is
+-- granted, revoked or listed; the operator views inbox_stats and
+-- inbox_dead_letters are those of section 9.
 INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('consumer', 'function', '@extschema@.inbox_claim(text, text, bytea)'),
 	('consumer', 'function', '@extschema@.inbox_claim_many(text, text[], bytea[], text)'),
@@ -2349,6 +2129,11 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('operator', 'function', '@extschema@.inbox_requeue(text, text)'),
 	('operator', 'view', '@extschema@.inbox_bundles');
 
+REVOKE ALL ON FUNCTION inbox.inbox_grant(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_revoke(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_grant(text, regrole) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_revoke(text, regrole) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_grants FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.bundle_object_oid(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.bundle_holders(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.bundle_privilege_sql(boolean, text, text, regrole) FROM PUBLIC;
@@ -2358,59 +2143,383 @@ REVOKE ALL ON FUNCTION inbox.inbox_grant_bundle(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_revoke_bundle(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_grant_bundle(regrole, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_revoke_bundle(regrole, text) FROM PUBLIC;
-REVOKE ALL ON @extschema@.inbox_bundles FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_bundles FROM PUBLIC;
 
-/* ------------------------------------------------------------------------
- * Privileges
- *
- * Nothing is executable by PUBLIC but inbox.scope_visible (which answers
- * only for the role calling) and the read-only helpers of the views, and
- * schema inbox is not usable by PUBLIC anyway.
- * ------------------------------------------------------------------------ */
-REVOKE ALL ON FUNCTION inbox.scope_grants_changed() FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.session_key() FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.count_failure(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.observe(text, interval, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.purge_scope(regclass, text, timestamptz, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_status(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_fail(text, text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_extend(text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_requeue(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_set_max_attempts(text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_result(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_set_retention(text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_drop_scope(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_grant(text, regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_revoke(text, regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_claim(text, text, bytea) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_claim_many(text, text[], bytea[], text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_requeue(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_set_max_attempts(text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_result(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_set_retention(text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_drop_scope(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_grant(text, regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_revoke(text, regrole) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_purge() FROM PUBLIC;
+-- ======================================================================
+-- 9. Monitoring
+-- ======================================================================
+
+/*
+ * The views for operators, and the reset of the counters.  The views show
+ * only the scopes the role querying them may act on, through
+ * inbox.scope_visible (section 1), and are security barriers.
+ */
+
+-- The shared-memory counters (src/stats.c), one row per scope
+CREATE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
+									 OUT mismatches bigint, OUT purged bigint,
+									 OUT last_purge timestamptz, OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * A scope's oldest and newest entry (two probes of its index), and its
+ * number of entries.  Functions rather than subqueries of inbox.scope_state
+ * and inbox_stats_reset, and PL/pgSQL rather than SQL: on Citus each is
+ * then a query on the scope's shard, which Citus runs, where a correlated
+ * aggregate over a distributed table joined to a local one is refused
+ * (docs/scale-out.md).
+ */
+CREATE FUNCTION inbox.scope_span(p_scope text, OUT oldest timestamptz, OUT latest timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	SELECT min(e.received_at), max(e.received_at) INTO oldest, latest
+	  FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
+END
+$$;
+
+CREATE FUNCTION inbox.scope_size(p_scope text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n bigint;
+BEGIN
+	SELECT count(*) INTO n FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope;
+	RETURN n;
+END
+$$;
+
+/*
+ * inbox_stats: one row per scope known to the counters, to the purge or to
+ * the deferred mode.  Counters come from shared memory; the clock columns
+ * from inbox.scopes and two index probes per scope (its oldest and newest
+ * entry); the backlog from the open-messages index.
+ */
+CREATE FUNCTION inbox.scope_state(OUT scope text, OUT retention interval, OUT clock text,
+								  OUT cutoff timestamptz, OUT oldest_entry timestamptz,
+								  OUT purge_lag interval, OUT entries_retained bigint)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT sc.scope, r.retention,
+		   CASE WHEN x.latest IS NULL THEN 'empty'
+				WHEN c.cutoff IS NULL THEN 'held'
+				WHEN now() - x.latest > cfg.idle_threshold THEN 'paused'
+				ELSE 'running' END,
+		   c.cutoff, x.oldest,
+		   CASE WHEN x.oldest < c.cutoff THEN c.cutoff - x.oldest
+				ELSE '0'::interval END,
+		   sc.retained
+	  FROM inbox.scopes AS sc
+	 CROSS JOIN inbox.settings() AS cfg
+	 CROSS JOIN LATERAL (SELECT coalesce(sc.retention, cfg.retention) AS retention) AS r
+	 CROSS JOIN LATERAL inbox.scope_span(sc.scope) AS x
+	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
+											 sc.pauses, r.retention, cfg.idle_threshold)
+								AS cutoff) AS c
+$$;
+
+/*
+ * pending counts every pending message, delayed ones included (a
+ * not_before or a retry delay ahead), and oldest_pending is when the
+ * longest-waiting message that is due became due: a message delayed on
+ * purpose does not age.
+ */
+CREATE FUNCTION inbox.scope_backlog(OUT scope text, OUT pending bigint, OUT processing bigint,
+									OUT dead bigint, OUT oldest_pending timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	-- Open messages from the open-messages index, dead ones from theirs
+	SELECT b.scope, pg_catalog.sum(b.pending)::bigint, pg_catalog.sum(b.processing)::bigint,
+		   pg_catalog.sum(b.dead)::bigint, pg_catalog.min(b.oldest_pending)
+	  FROM (SELECT e.scope,
+				   count(*) FILTER (WHERE e.state = 'p') AS pending,
+				   count(*) FILTER (WHERE e.state = 'r') AS processing,
+				   0::bigint AS dead,
+				   min(e.due) FILTER (WHERE e.state = 'p' AND e.due <= now()) AS oldest_pending
+			  FROM inbox.entries AS e
+			 WHERE e.state OPERATOR(pg_catalog.<>) 'd'::"char"
+			   AND e.state OPERATOR(pg_catalog.<>) 'x'::"char"
+			 GROUP BY e.scope
+			UNION ALL
+			SELECT e.scope, 0, 0, count(*), NULL
+			  FROM inbox.entries AS e
+			 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
+			 GROUP BY e.scope) AS b
+	 GROUP BY b.scope
+$$;
+
+CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
+	SELECT scope,
+		   c.claims, c.duplicates, c.mismatches,
+		   c.purged AS rows_purged, c.last_purge,
+		   s.retention, s.clock, s.cutoff, s.oldest_entry, s.purge_lag,
+		   s.entries_retained,
+		   coalesce(b.pending, 0) AS pending,
+		   coalesce(b.processing, 0) AS processing,
+		   coalesce(b.dead, 0) AS dead,
+		   now() - b.oldest_pending AS oldest_pending_age,
+		   c.failures
+	  FROM inbox.scope_counters() AS c
+	  FULL JOIN inbox.scope_state() AS s USING (scope)
+	  FULL JOIN inbox.scope_backlog() AS b USING (scope)
+	 WHERE inbox.scope_visible(scope);
+
+COMMENT ON VIEW @extschema@.inbox_stats IS
+'per-scope claims, duplicates, mismatches, purge progress and retention clock';
+
+-- The dead letters, read as the extension's owner.  The view reads them
+-- through this function rather than from the table: on Citus, a view's
+-- query on a distributed table runs on the workers as the role querying
+-- the view, which has no access to schema inbox.  Like the other helpers
+-- of the views, it stays executable by PUBLIC, who cannot name it (schema
+-- inbox is not usable by PUBLIC), and the view applies the scope grants.
+CREATE FUNCTION inbox.dead_letters()
+RETURNS TABLE (scope text, message_id text, attempts integer, last_error text,
+			   received_at timestamptz, died_at timestamptz, payload jsonb, payload_bytes bytea)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT e.scope, e.message_id, e.attempts, e.last_error, e.received_at,
+		   e.finished_at, e.payload, e.payload_bytes
+	  FROM inbox.entries AS e
+	 WHERE e.state OPERATOR(pg_catalog.=) 'x'::"char"
+$$;
+
+CREATE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
+	SELECT d.scope COLLATE "C" AS scope, d.message_id COLLATE "C" AS message_id,
+		   d.attempts, d.last_error, d.received_at, d.died_at, d.payload, d.payload_bytes
+	  FROM inbox.dead_letters() AS d
+	 WHERE inbox.scope_visible(d.scope);
+
+COMMENT ON VIEW @extschema@.inbox_dead_letters IS
+'messages that used all their attempts; inbox_requeue puts one back';
+
+-- Not an entry point: it names no scope, and is SECURITY DEFINER itself
+CREATE FUNCTION @extschema@.inbox_stats_reset()
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	-- Zero the counters, and recount exactly the entries retained per
+	-- scope (the purge keeps that number up to date incrementally, which
+	-- can undercount claims that committed long after they started).
+	PERFORM inbox.forget_counters(NULL);
+	UPDATE inbox.scopes AS s SET retained = inbox.scope_size(s.scope);
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_stats_reset() IS
+'reset this database''s counters, and recount the entries retained per scope';
+
+REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_stats_reset() FROM PUBLIC;
-REVOKE ALL ON @extschema@.inbox_stats FROM PUBLIC;
-REVOKE ALL ON @extschema@.inbox_dead_letters FROM PUBLIC;
-REVOKE ALL ON @extschema@.inbox_grants FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_stats FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_dead_letters FROM PUBLIC;
+
+-- ======================================================================
+-- 10. Scale-out
+-- ======================================================================
+
+/*
+ * Citus (docs/scale-out.md).  inbox_distribute(colocate_with) distributes
+ * the inbox beside a business table that is distributed by scope:
+ *
+ *	- inbox.entries, by scope, co-located with that table;
+ *	- inbox.scope_grants, as a reference table: the API's entry points
+ *	  that Citus delegates to the worker holding a scope's shard check the
+ *	  grants there, against the same rows as the coordinator;
+ *	- the entry points an application calls inside the transaction of its
+ *	  effect, as functions delegated by their scope argument, with
+ *	  force_delegation.  Such a call runs on the worker, as the role that
+ *	  made it (then as the owner, behind the entry point, locally), and
+ *	  Citus pins the rest of the transaction to that worker over the
+ *	  caller's connection.  The claim and the effect are then written over
+ *	  one connection as one user, which is what Citus requires of a
+ *	  transaction that writes one placement twice (25001 otherwise).
+ *
+ * The entry points that read or wake state only the coordinator has are
+ * not delegated: inbox_receive and inbox_poll (wake-ups of waiting polls,
+ * per-scope max_attempts in inbox.scopes) and inbox_fail (max_attempts).
+ */
+
+CREATE FUNCTION inbox.delegated_functions()
+RETURNS regprocedure[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT ARRAY['@extschema@.inbox_claim(text, text, bytea)',
+				 '@extschema@.inbox_claim_many(text, text[], bytea[], text)',
+				 '@extschema@.inbox_status(text, text)',
+				 '@extschema@.inbox_result(text, text)',
+				 '@extschema@.inbox_complete(text, uuid, jsonb)',
+				 '@extschema@.inbox_extend(text, uuid, interval)']::regprocedure[]
+$$;
+
+CREATE FUNCTION @extschema@.inbox_distribute(colocate_with regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	dist_column text;
+	dist_type oid;
+	dist_collation oid;
+	entries_colocation integer;
+	fn regprocedure;
+	grantee text;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+		RAISE EXCEPTION 'inbox_distribute needs Citus'
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = 'Extension citus is not installed in this database.',
+				  HINT = 'On one node, the inbox needs no distribution.';
+	END IF;
+
+	-- The business table, distributed by hash on a text column of collation "C"
+	SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+	  INTO dist_column
+	  FROM pg_catalog.pg_dist_partition AS p
+	 WHERE p.logicalrelid = colocate_with AND p.partmethod = 'h';
+	IF dist_column IS NULL THEN
+		RAISE EXCEPTION 'table % is not distributed by hash', colocate_with
+			USING ERRCODE = 'wrong_object_type',
+				  DETAIL = 'inbox.entries is co-located with a table distributed by the scope its rows belong to.',
+				  HINT = 'Distribute it first: SELECT create_distributed_table(''table'', ''scope column'').';
+	END IF;
+	SELECT a.atttypid, a.attcollation INTO dist_type, dist_collation
+	  FROM pg_catalog.pg_attribute AS a
+	 WHERE a.attrelid = colocate_with AND a.attname = dist_column;
+	IF dist_type <> 'pg_catalog.text'::pg_catalog.regtype THEN
+		RAISE EXCEPTION 'the distribution column % of table % is of type %, not text',
+				dist_column, colocate_with, dist_type::pg_catalog.regtype
+			USING ERRCODE = 'datatype_mismatch',
+				  DETAIL = 'Citus co-locates tables whose distribution columns have the same type; inbox.entries.scope is text.';
+	END IF;
+	IF dist_collation <> 'pg_catalog."C"'::pg_catalog.regcollation THEN
+		RAISE EXCEPTION 'the distribution column % of table % has collation %, not "C"',
+				dist_column, colocate_with, dist_collation::pg_catalog.regcollation
+			USING ERRCODE = 'collation_mismatch',
+				  DETAIL = 'The inbox compares scopes byte-wise, and Citus co-locates only distribution columns of one collation.',
+				  HINT = 'Create the business table with that column COLLATE "C", before distributing it; Citus cannot change a distribution column afterwards.';
+	END IF;
+
+	-- inbox.entries: distribute it, or check that it is co-located already
+	SELECT p.colocationid INTO entries_colocation
+	  FROM pg_catalog.pg_dist_partition AS p
+	 WHERE p.logicalrelid = 'inbox.entries'::pg_catalog.regclass;
+	IF entries_colocation IS NULL THEN
+		PERFORM pg_catalog.create_distributed_table('inbox.entries', 'scope',
+													colocate_with => colocate_with::text);
+	ELSIF entries_colocation <> (SELECT p.colocationid FROM pg_catalog.pg_dist_partition AS p
+								  WHERE p.logicalrelid = colocate_with) THEN
+		RAISE EXCEPTION 'inbox.entries is already distributed, and not co-located with table %', colocate_with
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'Citus cannot redistribute a table that belongs to an extension.';
+	END IF;
+
+	-- inbox.scope_grants on every node.  Its statement trigger, which drops
+	-- the backends' caches of the grants, must follow it onto the shards:
+	-- Citus creates triggers there only when allowed to.
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+				   WHERE p.logicalrelid = 'inbox.scope_grants'::pg_catalog.regclass) THEN
+		PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+		PERFORM pg_catalog.create_reference_table('inbox.scope_grants');
+	END IF;
+
+	-- The delegated entry points.  Citus propagates a GRANT on a function
+	-- only once the function is distributed, so the EXECUTE privileges
+	-- given before are given again, now to every node.
+	FOREACH fn IN ARRAY inbox.delegated_functions() LOOP
+		PERFORM pg_catalog.create_distributed_function(fn, 'scope',
+													   colocate_with => 'inbox.entries',
+													   force_delegation => true);
+		FOR grantee IN
+			SELECT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+						ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END
+			  FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS x
+			 WHERE p.oid = fn AND x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
+		LOOP
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', fn, grantee);
+		END LOOP;
+	END LOOP;
+
+	RAISE NOTICE 'the inbox is distributed with table %', colocate_with
+		USING DETAIL = 'This cannot be undone: Citus does not undistribute a table that belongs to an extension. '
+					   'DROP EXTENSION inbox still works.';
+END;
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_distribute(regclass) IS
+'on Citus: distribute the inbox by scope, co-located with a business table, and delegate the API calls made in an effect''s transaction';
+
+/*
+ * Called by the drop guard (src/guard.c) before DROP EXTENSION inbox runs
+ * on a distributed inbox.  Citus's own drop trigger fails on the leaves of
+ * a distributed partitioned table that belongs to an extension, and the
+ * reference table's shard on the coordinator is not a member of the
+ * extension, so the drop would fail.  Detached from the extension, the
+ * tables (and the views over them, which would otherwise hold them) drop
+ * as any distributed table does; the DROP EXTENSION that follows, in the
+ * same transaction, removes the rest.
+ */
+CREATE FUNCTION inbox.citus_drop_tables()
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET client_min_messages = warning
+AS $$
+DECLARE
+	tables regclass[];
+	views text[];
+	view text;
+	obj regclass;
+BEGIN
+	-- One connection per node, as Citus requires of an extension command
+	PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+	SELECT pg_catalog.array_agg(c.oid::pg_catalog.regclass) INTO tables
+	  FROM pg_catalog.pg_class AS c
+	 WHERE c.relnamespace = 'inbox'::pg_catalog.regnamespace AND c.relkind IN ('r', 'p')
+	   AND c.oid IN (SELECT p.logicalrelid FROM pg_catalog.pg_dist_partition AS p);
+	-- The extension's views, which read those tables or one another
+	SELECT pg_catalog.array_agg(c.oid::pg_catalog.regclass::text) INTO views
+	  FROM pg_catalog.pg_depend AS d
+	  JOIN pg_catalog.pg_class AS c ON c.oid = d.objid
+	 WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
+	   AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+	   AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension AS e WHERE e.extname = 'inbox')
+	   AND c.relkind = 'v';
+	FOREACH view IN ARRAY coalesce(views, '{}') LOOP
+		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP VIEW %s', view);
+	END LOOP;
+	FOREACH view IN ARRAY coalesce(views, '{}') LOOP
+		EXECUTE pg_catalog.format('DROP VIEW IF EXISTS %s CASCADE', view);
+	END LOOP;
+	FOREACH obj IN ARRAY tables LOOP
+		EXECUTE pg_catalog.format('ALTER EXTENSION inbox DROP TABLE %s', obj);
+	END LOOP;
+	-- The parents; their leaves go with them
+	FOREACH obj IN ARRAY tables LOOP
+		IF EXISTS (SELECT FROM pg_catalog.pg_class AS c WHERE c.oid = obj AND NOT c.relispartition) THEN
+			EXECUTE pg_catalog.format('DROP TABLE %s', obj);
+		END IF;
+	END LOOP;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION inbox.delegated_functions() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_distribute(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
