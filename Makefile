@@ -79,19 +79,19 @@ else
 # No pg_config yet (a fresh machine): only test, demo and bench, which
 # install the build dependencies first, can run.
 all install installcheck:
-	@echo "pg_config not found: run 'make test' or 'make demo' as root, or test/ensure-deps.sh" >&2
+	@echo "pg_config not found: run 'make test' or 'make demo' as root, or test/tools/ensure-deps.sh" >&2
 	@exit 1
 endif
 
 # These entry points work on a machine without PostgreSQL's build files:
-# test/run.sh installs what is missing first, then calls make again.
+# test/tools/run.sh installs what is missing first, then calls make again.
 .PHONY: test demo bench
 test:
-	@bash test/run.sh test
+	@bash test/tools/run.sh test
 demo:
-	@bash test/run.sh demo
+	@bash test/tools/run.sh demo
 bench:
-	@bash test/run.sh bench
+	@bash test/tools/run.sh bench
 
 # Packages (docs/packaging.md).  Both write into DISTDIR, dist/ by default
 # (ignored by git), and never into the work tree:
@@ -101,9 +101,9 @@ bench:
 DISTDIR ?= dist
 .PHONY: deb dist
 deb:
-	@DISTDIR="$(DISTDIR)" bash test/packages.sh deb
+	@DISTDIR="$(DISTDIR)" bash test/tools/packages.sh deb
 dist:
-	@DISTDIR="$(DISTDIR)" bash test/packages.sh dist
+	@DISTDIR="$(DISTDIR)" bash test/tools/packages.sh dist
 
 # The Java and Go consumer examples (examples/java, examples/go) and their
 # crash test; installs the JDK, JDBC, Go and pgx from Debian when run as

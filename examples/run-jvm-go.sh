@@ -4,7 +4,7 @@
 # (examples/crash-test.pl).
 #
 # As root on a fresh Debian 12 machine it first installs what is missing:
-# the packages of test/ensure-deps.sh, then the JDK, PostgreSQL's JDBC
+# the packages of test/tools/ensure-deps.sh, then the JDK, PostgreSQL's JDBC
 # driver, Go and pgx from Debian (not needed by "make test", hence here).
 # It builds and installs the extension, then builds and runs everything as
 # the unprivileged "postgres" OS user (initdb refuses root) in a temporary
@@ -34,7 +34,7 @@ fail()
 	exit 1
 }
 
-bash "$top/test/ensure-deps.sh" || fail "missing packages"
+bash "$top/test/tools/ensure-deps.sh" || fail "missing packages"
 
 extra="default-jdk-headless libpostgresql-jdbc-java golang-go golang-github-jackc-pgx-v4-dev"
 missing=""

@@ -21,7 +21,7 @@
 # 'inbox': the retention worker and the counters of inbox_stats), with the
 # worker switched off (inbox.purge_enabled = off) while claims are measured.
 #
-# Run by "make bench" (test/run.sh) as an unprivileged OS user with the
+# Run by "make bench" (test/tools/run.sh) as an unprivileged OS user with the
 # PostgreSQL bindir first on PATH; the extension must be installed.  Knobs
 # (environment): BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_JOBS,
 # BENCH_MEMORY_CLAIMS, BENCH_DUP_IDS, BENCH_SKIP_CLAIMS, BENCH_VARIANTS, and for retention
@@ -117,32 +117,18 @@ for prog in initdb pg_ctl psql pgbench postgres createdb dropdb; do
 done
 
 #
-# The throwaway cluster.  Its socket lives in its own directory and it does
-# not listen on TCP, so no port can clash with another cluster on the
-# machine and nothing outside this user can connect to it.  The trap stops
-# it and removes everything on any exit, including ^C.
+# The throwaway cluster (test/tools/cluster.sh): reached through a socket
+# in its own directory only, so no port can clash with another cluster on
+# the machine and nothing outside this user can connect to it; stopped and
+# removed on any exit, including ^C.
 #
-work=$(mktemp -d "${TMPDIR:-/tmp}/inbox-bench.XXXXXX")
-data=$work/data
-log=$work/server.log
-cleanup()
-{
-	if [ -f "$data/postmaster.pid" ]; then
-		pg_ctl -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-export PGHOST=$work PGPORT=$((20000 + RANDOM % 20000)) PGDATABASE=bench
-unset PGUSER PGPASSWORD PGSERVICE PGOPTIONS
-
-initdb -D "$data" -A trust -E UTF8 --locale=C --no-sync >"$work/initdb.log" 2>&1 || {
-	cat "$work/initdb.log" >&2
-	exit 1
-}
+# shellcheck source=test/tools/cluster.sh
+. "$here/../tools/cluster.sh"
+cluster_create bench $((20000 + RANDOM % 20000)) --no-sync
+export PGDATABASE=bench
+# shellcheck disable=SC2034	# retention.sh keeps its files in $work
+work=$cluster_dir
+data=$cluster_data
 
 #
 # Settings.  fsync, synchronous_commit and full_page_writes are written out
@@ -155,12 +141,9 @@ initdb -D "$data" -A trust -E UTF8 --locale=C --no-sync >"$work/initdb.log" 2>&1
 # purge worker is off: the claim variants measure claims only (retention.sh
 # switches it, and autovacuum, with ALTER SYSTEM where it needs them).
 #
-cat >>"$data/postgresql.conf" <<EOF
+cluster_conf <<EOF
 
 # test/bench/bench.sh
-listen_addresses = ''
-unix_socket_directories = '$work'
-port = $PGPORT
 max_connections = 80
 shared_buffers = 256MB
 fsync = on
@@ -175,10 +158,7 @@ shared_preload_libraries = 'inbox'
 inbox.purge_enabled = off
 EOF
 
-pg_ctl -D "$data" -l "$log" -w -t 60 start >/dev/null || {
-	tail -n 40 "$log" >&2
-	exit 1
-}
+cluster_start
 createdb bench
 
 sql()

@@ -15,7 +15,7 @@
 # its original payload.  The counters are cross-checked as well.
 #
 # Run it as a non-root user (initdb refuses root) with PostgreSQL's bindir
-# first on PATH and the extension installed; test/run.sh does both.
+# first on PATH and the extension installed; test/tools/run.sh does both.
 #
 # test/demo/demo.sh
 #
@@ -35,45 +35,8 @@ NCRASH_AFTER=6			# messages whose first delivery dies after COMMIT
 NALTERED=5				# messages re-sent later with a different payload
 MAX_ROUNDS=10			# the broker gives up if acks never arrive
 
-# Connect only where this script says: no service file, PGOPTIONS or other
-# PG* setting of the caller's environment may reach our sessions.
-for v in $(compgen -v PG); do
-	unset "$v"
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/inbox-demo.XXXXXX")
-data=$tmp/data
 started=$SECONDS
 verdict=
-
-# Stop the cluster and remove everything, also on failure or interrupt.
-# Background consumers are stopped first so that none is left connecting.
-# If the script fails before reaching a verdict (and was not interrupted),
-# the end of the server log is shown before it goes away.
-# shellcheck disable=SC2317	# only the trap calls it
-cleanup()
-{
-	local rc=$?
-
-	trap - EXIT INT TERM
-	set +e
-	# shellcheck disable=SC2046
-	kill $(jobs -p) 2>/dev/null
-	wait 2>/dev/null
-	if [ "$rc" -ne 0 ] && [ -z "$verdict" ] && [ -s "$tmp/server.log" ]; then
-		echo "--- last lines of the server log ---" >&2
-		tail -n 20 "$tmp/server.log" >&2
-	fi
-	if [ -f "$data/postmaster.pid" ]; then
-		pg_ctl -D "$data" -s -m fast -t 30 -w stop >/dev/null 2>&1 ||
-			pg_ctl -D "$data" -s -m immediate -w stop >/dev/null 2>&1
-	fi
-	rm -rf "$tmp"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'verdict=interrupted; exit 130' INT
-trap 'verdict=interrupted; exit 143' TERM
 
 die()
 {
@@ -82,38 +45,42 @@ die()
 }
 
 #
-# The cluster
+# The cluster (test/tools/cluster.sh): in a fresh temporary directory,
+# reached through its socket there only, stopped and removed by the EXIT
+# trap however the script ends.  None of the caller's PG* settings reaches
+# our sessions.
 #
+# shellcheck source=test/tools/cluster.sh
+. "$(cd "$(dirname "$0")" && pwd)/../tools/cluster.sh"
 
 # With no TCP listener and the socket in our own directory, the port only
 # names the socket file; still, take one that no other server here uses,
 # so that ps, logs and a mistyped PGHOST can never confuse the two.
-port_in_use()
-{
-	local p=$1 dir
+port=$(cluster_free_port $((54320 + $$ % 100)) $((55400 + $$ % 100)) 54399 55499 56789) ||
+	die "no free port among the candidates"
 
-	for dir in /tmp /var/run/postgresql; do
-		[ -e "$dir/.s.PGSQL.$p" ] && return 0
-	done
-	(: <"/dev/tcp/127.0.0.1/$p") 2>/dev/null && return 0
-	return 1
+# Before the cluster goes: background consumers are stopped first so that
+# none is left connecting.  If the script fails before reaching a verdict
+# (and was not interrupted), the end of the server log is shown, unless
+# the server did not even start (cluster_start showed it then).
+# shellcheck disable=SC2317	# only the trap calls it
+cluster_before_cleanup()
+{
+	local rc=$1
+
+	# shellcheck disable=SC2046
+	kill $(jobs -p) 2>/dev/null
+	wait 2>/dev/null
+	if [ "$rc" -ne 0 ] && [ -z "$verdict" ] && [ -z "$cluster_interrupted" ] &&
+		[ -n "$cluster_running" ] && [ -s "$cluster_log" ]; then
+		echo "--- last lines of the server log ---" >&2
+		tail -n 20 "$cluster_log" >&2
+	fi
 }
 
-port=
-for candidate in $((54320 + $$ % 100)) $((55400 + $$ % 100)) 54399 55499 56789; do
-	if ! port_in_use "$candidate"; then
-		port=$candidate
-		break
-	fi
-done
-[ -n "$port" ] || die "no free port among the candidates"
-
-initdb -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-instructions \
-	>"$tmp/initdb.log" 2>&1 || { cat "$tmp/initdb.log" >&2; die "initdb failed"; }
-cat >>"$data/postgresql.conf" <<EOF
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$tmp'
+cluster_create demo "$port" -U postgres --no-instructions
+tmp=$cluster_dir
+cluster_conf <<EOF
 max_connections = 20
 # A demo must end: a claim stuck behind a lost transaction is an error.
 statement_timeout = '30s'
@@ -121,10 +88,9 @@ statement_timeout = '30s'
 log_lock_waits = on
 deadlock_timeout = '1ms'
 EOF
-pg_ctl -D "$data" -l "$tmp/server.log" -s -w -t 30 start >/dev/null ||
-	die "the server did not start"
+cluster_start
 
-export PGHOST=$tmp PGPORT=$port PGDATABASE=postgres PGUSER=postgres
+export PGDATABASE=postgres PGUSER=postgres
 
 # psql as the script uses it: no psqlrc, no chatter, unaligned tuples only
 sql()
@@ -467,7 +433,7 @@ done
 effects=$((applied + after_holding))
 # Claims that found a concurrent copy's claim uncommitted and waited for
 # its end (log_lock_waits): the server log is their only trace.
-waits=$(grep -c 'still waiting for ShareLock on transaction' "$tmp/server.log" || true)
+waits=$(grep -c 'still waiting for ShareLock on transaction' "$cluster_log" || true)
 
 printf 'inbox demo: %d consumers, at-least-once broker, seed %s, %d s\n' \
 	"$NCONSUMERS" "$SEED" $((SECONDS - started))

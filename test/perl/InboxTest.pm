@@ -6,8 +6,10 @@
 # entries claimed and backdated, counted, the purge launcher, the server log
 # since a point and the crash checks on it, waiting for a crash restart,
 # and the load driver of the fault-injection tests (test/faults/load.pl)
-# with the checks of what came after it.  The consumer of the README,
-# which the fault tests drive, is here too.
+# with the checks of what came after it: the server log, and exactly one
+# effect per message in the driver's effects table.  The consumer of the
+# README, which the fault tests drive, is here too, and the reader of the
+# fenced code blocks of a Markdown page, which the documentation tests use.
 #
 # A TAP file finds it beside its own directory, so that prove needs no -I
 # flag, whoever runs it and from where:
@@ -33,7 +35,7 @@ use Test::More ();
 # environment first), so Test::More and the framework are called by their
 # full names.
 our @ISA = ('PostgreSQL::Test::Cluster');
-our @EXPORT_OK = qw(invoice_payload);
+our @EXPORT_OK = qw(invoice_payload markdown_code_blocks);
 
 # --- the node ------------------------------------------------------------------
 
@@ -284,6 +286,107 @@ sub check_load_aftermath
 	} split /\n/, $log;
 	Test::More::is(scalar(@unexpected), 0, 'the server log has no error besides those of the crash restarts')
 	  or Test::More::diag(join("\n", @unexpected[ 0 .. ($#unexpected < 19 ? $#unexpected : 19) ]));
+}
+
+# The effects the driver wrote, read from the database rather than from
+# its report.  Its table, inbox_load_effects, has no unique constraint, so
+# a message processed twice has two rows there.
+
+# The test: no message of $scope has more than one effect row.
+sub no_double_effect
+{
+	my ($self, $scope, $name) = @_;
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return Test::More::is(
+		$self->sql(
+			qq{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
+				WHERE scope = '$scope' GROUP BY message_id HAVING count(*) > 1) AS d}),
+		0, $name);
+}
+
+# The test, for the deferred mode: every entry of $scope still in
+# inbox.entries is done with exactly one effect row, or dead with none.
+sub entries_match_effects
+{
+	my ($self, $scope, $name) = @_;
+	# Failures point at the test file's line, not this one.
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	return Test::More::is(
+		$self->sql(
+			qq{SELECT count(*) FROM inbox.entries AS e
+				CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
+									 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
+				WHERE e.scope = '$scope'
+				  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
+		0, $name);
+}
+
+# --- Markdown ------------------------------------------------------------------------
+
+# The fenced code blocks of the Markdown text $markdown, and its prose.
+# Returns two array refs:
+#   - the blocks in order, each a hash of
+#       info      the info string after the opening fence, trimmed
+#       line      the line number of the opening fence, from 1
+#       text      the lines between the fences, each ending in a newline,
+#                 without the opening fence's indentation (a block inside
+#                 a list item is indented)
+#       adjacent  true when only blank lines separate it from the block
+#                 before it
+#       unclosed  true when the text ends before the block's closing fence
+#   - the lines of the text (without newlines), those of the blocks and
+#     their fences made empty, so that headings, tables and words are
+#     found in the prose only: element i is line i + 1.
+# A fence is three or more backticks or tildes after at most some spaces;
+# the block ends at a line of the same character, at least as many of it,
+# and nothing else but spaces.
+sub markdown_code_blocks
+{
+	my ($markdown) = @_;
+	my (@blocks, @prose, $open);
+	my $since_last = '';
+	my $number = 0;
+	for my $line (split /\n/, $markdown)
+	{
+		$number++;
+		if (!$open)
+		{
+			if ($line =~ /^( *)(`{3,}|~{3,})\s*(.*?)\s*$/)
+			{
+				# Copies: the match below resets $1 to $3.
+				my ($indent, $fence, $info) = ($1, $2, $3);
+				$open = {
+					info => $info,
+					line => $number,
+					indent => length $indent,
+					fence => $fence,
+					text => '',
+					adjacent => ($since_last !~ /\S/ && @blocks > 0),
+				};
+				push @prose, '';
+			}
+			else
+			{
+				$since_last .= "$line\n";
+				push @prose, $line;
+			}
+			next;
+		}
+		push @prose, '';
+		my ($fence, $char) = ($open->{fence}, substr($open->{fence}, 0, 1));
+		if ($line =~ /^ *\Q$fence\E\Q$char\E*\s*$/)
+		{
+			push @blocks, $open;
+			($open, $since_last) = (undef, '');
+			next;
+		}
+		(my $text = $line) =~ s/^ {0,$open->{indent}}//;
+		$open->{text} .= "$text\n";
+	}
+	push @blocks, { %$open, unclosed => 1 } if $open;
+	delete @$_{qw(indent fence)} for @blocks;
+	return (\@blocks, \@prose);
 }
 
 1;

@@ -104,15 +104,8 @@ cmp_ok($r{lost_in_hand}, '>=', 1, 'workers lost messages they held to the kills'
 cmp_ok($r{purged}, '>', 0, 'the purge worker deleted done entries while the load went on');
 
 # The same facts, from the database rather than from the driver
-is( $node->sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
-			WHERE scope = 'shipping' GROUP BY message_id HAVING count(*) > 1) AS d}),
-	0, 'the effects table has no message with two effects');
-is( $node->sql(q{SELECT count(*) FROM inbox.entries AS e
-			CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
-								 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
-			WHERE e.scope = 'shipping'
-			  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
-	0, 'every entry left is done with an effect, or dead without one');
+$node->no_double_effect('shipping', 'the effects table has no message with two effects');
+$node->entries_match_effects('shipping', 'every entry left is done with an effect, or dead without one');
 is($node->sql(q{SELECT count(*) FROM inbox_dead_letters WHERE scope = 'shipping'}),
 	$r{dead}, 'inbox_dead_letters lists the dead ones');
 # The receipts variant: the same faults, the same accounting
@@ -159,12 +152,8 @@ cmp_ok($p{taken}, '>', $p{completed}, 'receipts: messages were polled again afte
 cmp_ok($p{kills}, '>=', 3, 'receipts: at least 3 backends were killed with kill -9');
 cmp_ok($p{lost_in_hand}, '>=', 1, 'receipts: workers lost messages they held to the kills');
 note("receipts: $p{dead} dead, $p{stale_receipts} stale receipts");
-is( $node->sql(q{SELECT count(*) FROM inbox.entries AS e
-			CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
-								 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
-			WHERE e.scope = 'shipping-receipts'
-			  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
-	0, 'receipts: every entry left is done with an effect, or dead without one');
+$node->entries_match_effects('shipping-receipts',
+	'receipts: every entry left is done with an effect, or dead without one');
 
 $node->check_load_aftermath($log_offset);
 

@@ -35,7 +35,7 @@
 #     table has no unique constraint): lost 0, doubled 0.
 #
 # Skipped as a whole when /usr/sbin/pgbouncer is missing (Debian's
-# pgbouncer package; test/ensure-deps.sh installs it).
+# pgbouncer package; test/tools/ensure-deps.sh installs it).
 use strict;
 use warnings;
 use FindBin;
@@ -48,7 +48,7 @@ use Test::More;
 use Time::HiRes qw(sleep);
 
 my $pgbouncer = '/usr/sbin/pgbouncer';
-plan skip_all => "$pgbouncer not found: install Debian's pgbouncer package (test/ensure-deps.sh)"
+plan skip_all => "$pgbouncer not found: install Debian's pgbouncer package (test/tools/ensure-deps.sh)"
   unless -x $pgbouncer;
 
 my $node = InboxTest->node(
@@ -410,15 +410,8 @@ cmp_ok($r{kills_workers}, '>=', 1, 'load: workers were among them');
 cmp_ok($r{taken}, '>', $r{completed}, 'load: messages were polled again after an abort or a lost worker');
 note("stale receipts: $r{stale_receipts}, lost in hand: $r{lost_in_hand}, dead: $r{dead}");
 
-is( $node->sql(q{SELECT count(*) FROM (SELECT message_id FROM inbox_load_effects
-			WHERE scope = 'pooled' GROUP BY message_id HAVING count(*) > 1) AS d}),
-	0, 'load: the effects table has no message with two effects');
-is( $node->sql(q{SELECT count(*) FROM inbox.entries AS e
-			CROSS JOIN LATERAL (SELECT count(*) AS n FROM inbox_load_effects AS f
-								 WHERE f.scope = e.scope AND f.message_id = e.message_id) AS f
-			WHERE e.scope = 'pooled'
-			  AND NOT ((e.state = 'd' AND f.n = 1) OR (e.state = 'x' AND f.n = 0))}),
-	0, 'load: every entry is done with one effect, or dead without one');
+$node->no_double_effect('pooled', 'load: the effects table has no message with two effects');
+$node->entries_match_effects('pooled', 'load: every entry is done with one effect, or dead without one');
 $node->no_crash_since($log_offset, 'load: no backend crashed');
 
 $bouncer->kill_kill;

@@ -26,7 +26,7 @@
 #
 # Skipped as a whole, with one line, when the exporter is missing; the
 # promtool part is skipped, with one line, when promtool is missing
-# (test/ensure-deps.sh installs both).
+# (test/tools/ensure-deps.sh installs both).
 use strict;
 use warnings;
 use FindBin;
@@ -41,7 +41,7 @@ use Time::HiRes qw(sleep);
 
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
 plan skip_all =>
-  "$exporter not found: install Debian's prometheus-postgres-exporter package (test/ensure-deps.sh)"
+  "$exporter not found: install Debian's prometheus-postgres-exporter package (test/tools/ensure-deps.sh)"
   unless -x $exporter;
 
 my $kit = "$FindBin::RealBin/../../monitoring";
@@ -366,7 +366,7 @@ for my $expr (@rule_exprs)
 SKIP:
 {
 	my $promtool = '/usr/bin/promtool';
-	skip "$promtool not found: install Debian's prometheus package (test/ensure-deps.sh)", 4
+	skip "$promtool not found: install Debian's prometheus package (test/tools/ensure-deps.sh)", 4
 	  unless -x $promtool;
 
 	my ($o, $e) = ('', '');

@@ -49,7 +49,7 @@
 # our SIGKILL or, at the end, cleanly on SIGTERM.
 #
 # Skipped as a whole without rabbitmq-server, node and npm, or python3 with
-# psycopg and pika (test/ensure-deps.sh installs them).  The Node modules
+# psycopg and pika (test/tools/ensure-deps.sh installs them).  The Node modules
 # come from npm ci (examples/node/package-lock.json).
 use strict;
 use warnings;
@@ -75,9 +75,9 @@ sub on_path
 	return scalar grep { -x "$_/$name" } split /:/, $ENV{PATH};
 }
 
-plan skip_all => "$rabbitmq_server not found: install Debian's rabbitmq-server (test/ensure-deps.sh)"
+plan skip_all => "$rabbitmq_server not found: install Debian's rabbitmq-server (test/tools/ensure-deps.sh)"
   unless -x $rabbitmq_server && on_path('epmd');
-plan skip_all => 'node or npm not found: install Debian\'s nodejs and npm (test/ensure-deps.sh)'
+plan skip_all => 'node or npm not found: install Debian\'s nodejs and npm (test/tools/ensure-deps.sh)'
   unless on_path('node') && on_path('npm');
 plan skip_all => "$python with psycopg 3 and pika not found: install python3-psycopg python3-pika"
   unless system($python, '-c', 'import psycopg, pika') == 0;
@@ -354,7 +354,7 @@ sub queue_counts
 {
 	my ($out, $err) = ('', '');
 	local $ENV{AMQP_URL} = $amqp_url;
-	IPC::Run::run([ $python, "$top/test/examples/queues.py", 'count', @_ ],
+	IPC::Run::run([ $python, "$top/test/tools/queues.py", 'count', @_ ],
 		'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout(60))
 	  or die "queues.py: $err";
 	return map { my @f = split; ($f[0] => { ready => $f[1], consumers => $f[2] }) } split /\n/, $out;
@@ -644,7 +644,7 @@ for my $stream (@streams)
 		'7.07', "$name: invoice 7 has its first content, not the conflicting copy's");
 
 	my $dead = '';
-	IPC::Run::run([ $python, "$top/test/examples/queues.py", 'dead', "$stream->{queue}.dead" ],
+	IPC::Run::run([ $python, "$top/test/tools/queues.py", 'dead', "$stream->{queue}.dead" ],
 		'<', \undef, '>', \$dead, init => sub { $ENV{AMQP_URL} = $amqp_url });
 	my @dead = sort map { (split / /)[0] . ($_ =~ /999999\.99/ ? ' (conflicting copy)' : '') } split /\n/, $dead;
 	is( join(', ', @dead),

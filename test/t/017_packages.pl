@@ -3,7 +3,7 @@
 # The packages (docs/packaging.md), built from a git repository made here
 # out of a copy of the tree, so that the tree itself is never written to:
 #   - "make dist" writes inbox-X.Y.Z.zip holding exactly HEAD's files, and
-#     test/pgxn-check.pl finds its META.json valid per the PGXN Meta Spec;
+#     test/tools/pgxn-check.pl finds its META.json valid per the PGXN Meta Spec;
 #     commits that break META.json (a version that is not semantic, a
 #     missing required key, a license the spec does not name, an unknown
 #     prerequisite phase, a provided file that is not there, a version the
@@ -29,7 +29,7 @@ my $top = abs_path("$FindBin::RealBin/../..");
 
 sub have { my ($cmd) = @_; return !system("command -v $cmd >/dev/null 2>&1"); }
 
-plan skip_all => 'git is not installed: make dist archives HEAD (test/ensure-deps.sh installs it)'
+plan skip_all => 'git is not installed: make dist archives HEAD (test/tools/ensure-deps.sh installs it)'
   unless have('git');
 
 # Run a command; returns (exit status, stdout and stderr together).
@@ -57,7 +57,7 @@ my $tmp = abs_path(PostgreSQL::Test::Utils::tempdir());
 my $src = "$tmp/src";
 my $out = "$tmp/out";
 
-# The files git would see in the tree (the copy test/run.sh makes has no
+# The files git would see in the tree (the copy test/tools/run.sh makes has no
 # .git, and what it ignores is test output), committed in a repository of
 # our own: "git add" reads the tree and writes only into that repository,
 # then "reset --hard" writes the committed files out beside it.
@@ -93,8 +93,8 @@ my @members;
 is_deeply([ sort @members ], [ map { "inbox-$version/$_" } @tracked ],
 	"the zip holds HEAD's files, all under inbox-$version/");
 
-my ($prc, $plog) = cmd('perl', "$src/test/pgxn-check.pl", $zip);
-is($prc, 0, 'test/pgxn-check.pl accepts it on its own too') or diag($plog);
+my ($prc, $plog) = cmd('perl', "$src/test/tools/pgxn-check.pl", $zip);
+is($prc, 0, 'test/tools/pgxn-check.pl accepts it on its own too') or diag($plog);
 
 # Each breakage committed makes make dist fail, say why and leave no zip.
 # META.json is changed through its parsed form, so that a reformatted
@@ -161,7 +161,7 @@ push @missing, "postgresql-server-dev-$major (no $system/bin/pg_config)"
 
 SKIP:
 {
-	skip 'packaging tools absent: ' . join(', ', @missing) . ' (test/ensure-deps.sh installs them)', 1
+	skip 'packaging tools absent: ' . join(', ', @missing) . ' (test/tools/ensure-deps.sh installs them)', 1
 	  if @missing;
 
 	# Only for the version under test, whatever else is installed

@@ -37,7 +37,7 @@ use warnings;
 use utf8;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
-use InboxTest;
+use InboxTest qw(markdown_code_blocks);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Encode ();
@@ -86,36 +86,12 @@ my $page = read_file("$top/docs/reference.md");
 
 # --- the page, parsed ---------------------------------------------------------
 
-# Lines outside code blocks, and the code blocks with their info strings
-my (@lines, @blocks);
-{
-	my $fence;
-	for my $line (split /\n/, $page)
-	{
-		if (!defined $fence && $line =~ /^ *(`{3,}|~{3,})\s*(.*?)\s*$/)
-		{
-			$fence = $1;
-			push @blocks, { info => $2, line => scalar(@lines), text => '' };
-			push @lines, '';
-			next;
-		}
-		if (defined $fence)
-		{
-			if ($line =~ /^ *\Q$fence\E\s*$/)
-			{
-				undef $fence;
-			}
-			else
-			{
-				$blocks[-1]{text} .= "$line\n";
-			}
-			push @lines, '';
-			next;
-		}
-		push @lines, $line;
-	}
-	die "docs/reference.md: a code block is not closed" if defined $fence;
-}
+# Lines outside code blocks (those of the blocks are empty: $lines[$i] is
+# line $i + 1), and the code blocks with their info strings
+my ($blocks, $prose) = markdown_code_blocks($page);
+my @lines = @$prose;
+my @blocks = @$blocks;
+die "docs/reference.md: a code block is not closed" if grep { $_->{unclosed} } @blocks;
 
 # Sections: each heading, its level, its text, and its lines up to the
 # next heading of the same or a higher level
@@ -148,7 +124,8 @@ sub section_lines
 sub blocks_in
 {
 	my ($h) = @_;
-	return grep { $_->{line} > $h->{start} && $_->{line} <= $h->{end} } @blocks;
+	# A block's line counts from 1, the sections' from 0
+	return grep { $_->{line} - 1 > $h->{start} && $_->{line} - 1 <= $h->{end} } @blocks;
 }
 
 sub level2
@@ -830,7 +807,7 @@ for my $i (0 .. $#page_lines)
 none_ok(\@history, 'the page has no issue numbers, dates, version stories or machine paths');
 
 my @fences = grep { $_->{info} !~ /^(?:sql|sql fragment|sql error(?: [0-9A-Z]{5})?|output)$/ } @blocks;
-none_ok([ map { "line " . ($_->{line} + 1) . ": code block with info string '$_->{info}'" } @fences ],
+none_ok([ map { "line $_->{line}: code block with info string '$_->{info}'" } @fences ],
 	'every code block is sql, sql fragment, sql error or output');
 
 my @session_set;

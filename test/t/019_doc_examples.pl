@@ -40,7 +40,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
-use InboxTest;
+use InboxTest qw(markdown_code_blocks);
 use File::Find ();
 use IPC::Run ();
 use PostgreSQL::Test::Utils;
@@ -50,64 +50,30 @@ my $top = "$FindBin::RealBin/../..";
 
 # --- reading a page ---------------------------------------------------------------
 
-# The fenced code blocks of a Markdown file, in order: a list of hashes
-# with kind (sql, error, fragment, output or other), the line of the
-# opening fence, the text, and whether only blank lines separate the block
-# from the one before.
+# The fenced code blocks of a Markdown file, in order, as
+# InboxTest::markdown_code_blocks reads them (info, line, text, adjacent,
+# unclosed), each with its kind by the convention above: sql, error,
+# fragment, output, other (not SQL) or unknown (SQL with an info string
+# the convention does not have), and for "sql error XXXXX" the SQLSTATE.
+# The info string is quoted in lower case, its words one space apart.
 sub code_blocks
 {
 	my ($file) = @_;
-	open(my $fh, '<', $file) or die "cannot open $file: $!";
-	my @lines = <$fh>;
-	close $fh;
-
-	my (@blocks, $open, $since_last);
-	$since_last = '';
-	for my $i (0 .. $#lines)
+	my ($blocks) = markdown_code_blocks(slurp_file($file));
+	for my $block (@$blocks)
 	{
-		my $line = $lines[$i];
-		if (!$open)
-		{
-			if ($line =~ /^( *)(`{3,}|~{3,})\s*([^`\s]*)\s*(.*?)\s*$/)
-			{
-				my ($indent, $fence, $lang, $rest) = ($1, $2, lc $3, lc $4);
-				my $kind =
-				    $lang eq 'output' ? 'output'
-				  : $lang ne 'sql' ? 'other'
-				  : $rest eq '' ? 'sql'
-				  : $rest =~ /^fragment\b/ ? 'fragment'
-				  : $rest =~ /^error(?:\s+([0-9A-Z]{5}))?$/i ? 'error'
-				  : 'unknown';
-				$open = {
-					kind => $kind,
-					info => "$lang $rest",
-					line => $i + 1,
-					indent => length $indent,
-					fence => $fence,
-					text => '',
-					adjacent => ($since_last !~ /\S/ && @blocks > 0),
-					sqlstate => ($kind eq 'error' && $rest =~ /^error\s+(\S{5})$/ ? uc $1 : undef),
-				};
-			}
-			else
-			{
-				$since_last .= $line;
-			}
-			next;
-		}
-		my $fence = $open->{fence};
-		if ($line =~ /^ *\Q$fence\E[`~]*\s*$/)
-		{
-			push @blocks, $open;
-			($open, $since_last) = (undef, '');
-			next;
-		}
-		# Blocks inside list items are indented: drop the fence's indent.
-		(my $text = $line) =~ s/^ {0,$open->{indent}}//;
-		$open->{text} .= $text;
+		my ($lang, $rest) = map { lc } $block->{info} =~ /^([^`\s]*)\s*(.*)$/;
+		$block->{kind} =
+		    $lang eq 'output' ? 'output'
+		  : $lang ne 'sql' ? 'other'
+		  : $rest eq '' ? 'sql'
+		  : $rest =~ /^fragment\b/ ? 'fragment'
+		  : $rest =~ /^error(?:\s+([0-9A-Z]{5}))?$/i ? 'error'
+		  : 'unknown';
+		$block->{info} = "$lang $rest";
+		$block->{sqlstate} = $block->{kind} eq 'error' && $rest =~ /^error\s+(\S{5})$/ ? uc $1 : undef;
 	}
-	push @blocks, { %$open, unclosed => 1 } if $open;
-	return @blocks;
+	return @$blocks;
 }
 
 # --- the pooler-safety checks ---------------------------------------------------------

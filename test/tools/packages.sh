@@ -1,5 +1,5 @@
 #!/bin/bash
-# test/packages.sh deb|dist - what "make deb" and "make dist" run.
+# test/tools/packages.sh deb|dist - what "make deb" and "make dist" run.
 #
 #   deb   the Debian binary packages postgresql-NN-inbox, built with
 #         Debian's PostgreSQL extension tooling (pg_buildext, dh with the
@@ -8,11 +8,11 @@
 #         (PG_SUPPORTED_VERSIONS=installed; set it to "15 16" to choose).
 #         It builds from a copy of the files git sees (tracked, and
 #         untracked but not ignored: the work tree as it is, like
-#         test/run.sh), or of the whole tree outside a git checkout, so
+#         test/tools/run.sh), or of the whole tree outside a git checkout, so
 #         that the work tree is never written to.
 #   dist  the PGXN release zip inbox-X.Y.Z.zip: "git archive" of HEAD,
 #         so only committed files, under the prefix inbox-X.Y.Z/; then
-#         test/pgxn-check.pl validates its META.json and its contents, and
+#         test/tools/pgxn-check.pl validates its META.json and its contents, and
 #         a zip that fails is deleted.
 #
 # Both write into DISTDIR (default dist/, relative to the top directory,
@@ -21,8 +21,8 @@
 # of every file without fakeroot.
 set -euo pipefail
 
-what=${1:?usage: test/packages.sh deb|dist}
-top=$(cd "$(dirname "$0")/.." && pwd)
+what=${1:?usage: test/tools/packages.sh deb|dist}
+top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
 
 out=${DISTDIR:-dist}
@@ -52,7 +52,7 @@ case "$what" in
 		[ -f /usr/share/perl5/Debian/Debhelper/Sequence/pgxs_loop.pm ] ||
 			missing="$missing postgresql-server-dev-all"
 		if [ -n "$missing" ]; then
-			echo "packages.sh: make deb needs:$missing (test/ensure-deps.sh installs them, as root)" >&2
+			echo "packages.sh: make deb needs:$missing (test/tools/ensure-deps.sh installs them, as root)" >&2
 			exit 1
 		fi
 
@@ -119,7 +119,7 @@ case "$what" in
 		zip="$out/inbox-$version.zip"
 		rm -f "$zip"
 		git archive --format=zip --prefix="inbox-$version/" -o "$zip" HEAD
-		if ! perl test/pgxn-check.pl "$zip"; then
+		if ! perl test/tools/pgxn-check.pl "$zip"; then
 			rm -f "$zip"
 			echo "packages.sh: $zip is not a valid PGXN release; deleted" >&2
 			exit 1
@@ -127,7 +127,7 @@ case "$what" in
 		echo "$zip"
 		;;
 	*)
-		echo "usage: test/packages.sh deb|dist" >&2
+		echo "usage: test/tools/packages.sh deb|dist" >&2
 		exit 2
 		;;
 esac

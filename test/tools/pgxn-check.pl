@@ -1,6 +1,6 @@
 #!/usr/bin/perl
-# test/pgxn-check.pl ZIP - check a PGXN release zip before it is published:
-# its META.json against the PGXN Meta Spec 1.0.0
+# test/tools/pgxn-check.pl ZIP - check a PGXN release zip before it is
+# published: its META.json against the PGXN Meta Spec 1.0.0
 # (https://pgxn.org/meta/spec.txt), and the zip against its META.json and
 # inbox.control.  "make dist" runs it on the zip it made, and so does
 # test/t/017_packages.pl.  Neither Debian nor npm packages a validator of
@@ -15,7 +15,7 @@ use File::Basename qw(basename);
 use IO::Uncompress::Unzip qw($UnzipError);
 use JSON::PP;
 
-my $zip = shift or die "usage: test/pgxn-check.pl ZIP\n";
+my $zip = shift or die "usage: test/tools/pgxn-check.pl ZIP\n";
 my @problems;
 sub problem { push @problems, join('', @_); }
 

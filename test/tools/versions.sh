@@ -1,11 +1,11 @@
 #!/bin/bash
-# test/versions.sh - the pre-release check on the other supported PostgreSQL
-# versions: build PostgreSQL 18 (and 17) and pg_cron from Debian's source
-# packages into private prefixes, then run the whole suite ("make test")
-# against each.  CI does not run this; it takes a while (each server build
+# test/tools/versions.sh - the pre-release check on the other supported
+# PostgreSQL versions: build PostgreSQL 18 (and 17) and pg_cron from
+# Debian's source packages into private prefixes, then run the whole suite
+# ("make test") against each.  CI does not run this; it takes a while (each server build
 # is some ten minutes on two cores) and needs Debian's source archives.
 #
-#   test/versions.sh DIR [VERSION...]    (as root, on Debian 12)
+#   test/tools/versions.sh DIR [VERSION...]    (as root, on Debian 12)
 #
 # DIR (or VERSIONS_DIR) holds everything this makes, nothing is installed
 # elsewhere but the Debian 12 build dependencies:
@@ -41,10 +41,10 @@
 #   BUILD_ONLY=1   build and install, but run no suite
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-${VERSIONS_DIR:-}}
 if [ -z "$dir" ]; then
-	echo "usage: test/versions.sh DIR [VERSION...]   (or VERSIONS_DIR=DIR)" >&2
+	echo "usage: test/tools/versions.sh DIR [VERSION...]   (or VERSIONS_DIR=DIR)" >&2
 	exit 2
 fi
 [ $# -gt 0 ] && shift

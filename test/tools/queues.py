@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""test/examples/queues.py - what test/t/016_examples.pl asks the broker.
+"""test/tools/queues.py - what test/t/016_examples.pl asks the broker.
 
   queues.py count QUEUE...   one line per queue: "QUEUE READY CONSUMERS"
                              (0 0 for a queue that does not exist)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# test/run.sh MODE - the entry point behind "make test", "make demo" and
+# test/tools/run.sh MODE - the entry point behind "make test", "make demo" and
 # "make bench".
 #
 # On a fresh Debian 12 machine, as root, it installs the packages that are
@@ -16,12 +16,12 @@
 #   bench  test/bench/bench.sh: pgbench ratios, see test/bench/README
 set -euo pipefail
 
-mode=${1:?usage: test/run.sh test|demo|bench}
-top=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:?usage: test/tools/run.sh test|demo|bench}
+top=$(cd "$(dirname "$0")/../.." && pwd)
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 export PG_CONFIG
 
-bash "$top/test/ensure-deps.sh"
+bash "$top/test/tools/ensure-deps.sh"
 
 # Build and install.  Errors and warnings (which -Werror makes errors) show.
 # PGXS keeps object files built against another PostgreSQL's headers
@@ -212,7 +212,7 @@ case "$mode" in
 		as_runner env PATH="$bindir:$PATH" bash "$work/test/bench/bench.sh" "${@:2}"
 		;;
 	*)
-		echo "usage: test/run.sh test|demo|bench" >&2
+		echo "usage: test/tools/run.sh test|demo|bench" >&2
 		exit 2
 		;;
 esac

@@ -1,5 +1,5 @@
 #!/bin/bash
-# test/ensure-deps.sh - install the Debian packages that building, testing
+# test/tools/ensure-deps.sh - install the Debian packages that building, testing
 # and the demo need, but only those that are missing.
 #
 # Run as root on a fresh Debian 12 machine this brings in PostgreSQL 15, its
@@ -37,7 +37,7 @@ export DEBIAN_FRONTEND=noninteractive
 # convention; a machine that has its own policy is left with it.
 policy=/usr/sbin/policy-rc.d
 if [ ! -e "$policy" ]; then
-	printf '#!/bin/sh\n# test/ensure-deps.sh: no service starts during its install\nexit 101\n' >"$policy"
+	printf '#!/bin/sh\n# test/tools/ensure-deps.sh: no service starts during its install\nexit 101\n' >"$policy"
 	chmod 755 "$policy"
 	trap 'rm -f "$policy"' EXIT
 fi
