@@ -28,7 +28,8 @@
 # and the cluster, are stopped however it ends.
 #
 # Run it as a non-root user (initdb refuses root) with PostgreSQL's bindir
-# on PATH and the extension installed; examples/run.sh does all that.
+# on PATH and the extension installed; examples/run-jvm-go.sh ("make
+# examples") does all that.
 use strict;
 use warnings;
 use DBI;
