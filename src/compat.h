@@ -14,6 +14,7 @@
 
 #include "access/genam.h"
 #include "access/tableam.h"
+#include "access/tupdesc.h"
 #include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "storage/lock.h"
@@ -174,6 +175,31 @@ inbox_index_beginscan(Relation heap, Relation index, Snapshot snapshot, int nkey
 	return index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
 #else
 	return index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+}
+
+/*
+ * What a table's constraints enforce (direct_layout.c).  18 has NOT NULL
+ * constraints that are NOT VALID (attnotnull is set, but rows from before
+ * may hold NULLs), and CHECK constraints that are NOT ENFORCED.
+ */
+static inline bool
+inbox_not_null_valid(TupleDesc desc, int i)
+{
+#ifdef ATTNULLABLE_VALID
+	return TupleDescCompactAttr(desc, i)->attnullability == ATTNULLABLE_VALID;
+#else
+	return true;
+#endif
+}
+
+static inline bool
+inbox_check_enforced(const ConstrCheck *check)
+{
+#if PG_VERSION_NUM >= 180000
+	return check->ccenforced;
+#else
+	return true;
 #endif
 }
 

@@ -26,11 +26,18 @@
  *	  UTF-8), and the bucket, which this call computed itself.  They stay
  *	  on the table for rows that arrive by any other path, a restore's
  *	  COPY above all;
+ *	- the NOT NULL constraints: a claim sets every column that has one,
+ *	  and leaves NULL only columns that have none;
  *	- the partition constraint: the bucket's high bits name the leaf;
- *	- triggers, row-level security, and the other columns' defaults: the
- *	  leaf has none of them.  That is checked at every call, with the
- *	  leaf's column layout, and anything unexpected sends the claim through
- *	  SPI instead, which does all of it.
+ *	- triggers, rules, row-level security, type modifiers, and defaults
+ *	  other than those of received_at and state, which a claim writes
+ *	  itself: the table has none of them.
+ *
+ * Each of these holds only while inbox.entries and the leaf are exactly as
+ * sql/inbox.sql makes them, down to each CHECK's expression and each NOT
+ * NULL.  direct_layout.c checks that, once per relation until its next
+ * invalidation, and anything else sends the claim through SPI instead,
+ * which enforces whatever the table holds.
  *
  * inbox_complete marks a message done here too (inbox_direct_complete,
  * below), for the same reason: its UPDATE through SPI would pay the
@@ -75,6 +82,7 @@
 
 #include "compat.h"
 #include "direct.h"
+#include "direct_layout.h"
 #include "distributed.h"
 #include "entries.h"
 #include "inbox.h"
@@ -108,9 +116,6 @@ static struct
 }			known_indexes[MAX_KNOWN_INDEXES];
 static int	nknown_indexes = 0;
 
-/* The last column a claim sets (entries.h); the later ones stay NULL */
-#define CLAIM_LAST_ATTNO		Anum_entries_state
-
 void
 direct_init(void)
 {
@@ -136,6 +141,7 @@ forget_leaves(Datum arg, Oid relid)
 			leaf_relids[i] = InvalidOid;
 	if (relid == InvalidOid || relid == entries_relid)
 		entries_relid = InvalidOid;
+	direct_layout_forget(relid);
 	for (i = 0; i < nknown_indexes; i++)
 		if (relid == InvalidOid || relid == known_indexes[i].indexid)
 		{
@@ -162,62 +168,6 @@ leaf_relid(int leaf)
 	if (!OidIsValid(entries_relid))
 		entries_relid = inbox_relid("entries");
 	return leaf_relids[leaf];
-}
-
-/*
- * Whether rel is a leaf this module may write: a plain table with the
- * columns of entries.h (the key's of collation "C", the others nullable),
- * no trigger, rule or row-level security, no default but those of
- * received_at and state, no CHECK but entries_checks, and the INSERT
- * privilege for the current user (the extension's owner: under SECURITY
- * DEFINER, or as the entry point switched to it), as the executor would
- * check it.
- */
-static bool
-direct_layout_ok(Relation rel)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	int			attno;
-	int			i;
-
-	if (rel->rd_rel->relkind != RELKIND_RELATION ||
-		rel->trigdesc != NULL ||
-		rel->rd_rules != NULL ||
-		rel->rd_rel->relrowsecurity ||
-		desc->natts != Natts_entries ||
-		desc->constr == NULL ||
-		desc->constr->num_defval != 2)
-		return false;
-	for (attno = Anum_entries_scope; attno <= Natts_entries; attno++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, attno - 1);
-
-		if (att->attisdropped || att->atttypid != entries_columns[attno].type ||
-			strcmp(NameStr(att->attname), entries_columns[attno].name) != 0)
-			return false;
-	}
-	/* The key compares bytewise, as the primary key's lookups here do */
-	if (TupleDescAttr(desc, Anum_entries_scope - 1)->attcollation != C_COLLATION_OID ||
-		TupleDescAttr(desc, Anum_entries_message_id - 1)->attcollation != C_COLLATION_OID)
-		return false;
-	/* The columns a claim leaves NULL must allow it */
-	for (attno = CLAIM_LAST_ATTNO + 1; attno <= Natts_entries; attno++)
-		if (TupleDescAttr(desc, attno - 1)->attisdropped ||
-			TupleDescAttr(desc, attno - 1)->attnotnull)
-			return false;
-	if (desc->constr->num_check != (int) lengthof(entries_checks))
-		return false;
-	for (i = 0; i < (int) lengthof(entries_checks); i++)
-	{
-		int			j;
-
-		for (j = 0; j < desc->constr->num_check; j++)
-			if (strcmp(desc->constr->check[j].ccname, entries_checks[i]) == 0)
-				break;
-		if (j == desc->constr->num_check)
-			return false;
-	}
-	return pg_class_aclcheck(RelationGetRelid(rel), GetUserId(), ACL_INSERT) == ACLCHECK_OK;
 }
 
 /* The proven verdict on indexid: its slot in known_indexes, or -1 */
@@ -381,6 +331,7 @@ typedef struct DirectLeaf
 struct InboxDirectWriter
 {
 	EState	   *estate;
+	Oid			entries;		/* inbox.entries, locked */
 	bool		pushed;			/* whether it pushed the active snapshot */
 	DirectLeaf	leaves[INBOX_LEAVES];
 };
@@ -388,9 +339,9 @@ struct InboxDirectWriter
 /*
  * Start writing entries (claims' entries, one or a batch, or a
  * completion) as one statement would: NULL when they must take SPI
- * (Citus, inbox.direct_insert = off, or no inbox.entries).  command is
- * the statement's, INSERT or UPDATE, for its errors.  End with
- * inbox_direct_end().
+ * (Citus, inbox.direct_insert = off, no inbox.entries, or one that is not
+ * as sql/inbox.sql makes it).  command is the statement's, INSERT or
+ * UPDATE, for its errors.  End with inbox_direct_end().
  */
 InboxDirectWriter *
 inbox_direct_begin(const char *command)
@@ -428,6 +379,14 @@ inbox_direct_begin(const char *command)
 	}
 
 	/*
+	 * A statement through inbox.entries (a batch's) applies its triggers,
+	 * row-level security and defaults: unless they are sql/inbox.sql's,
+	 * the whole statement takes SPI.
+	 */
+	if (!direct_layout_parent_ok(entries))
+		return NULL;
+
+	/*
 	 * As SPI would before a statement: the entries written earlier in this
 	 * command become visible to it, and it gets a command id of its own.
 	 */
@@ -436,6 +395,7 @@ inbox_direct_begin(const char *command)
 	caller_cxt = MemoryContextSwitchTo(estate->es_query_cxt);
 	w = palloc0(sizeof(InboxDirectWriter));
 	w->estate = estate;
+	w->entries = entries;
 	estate->es_output_cid = GetCurrentCommandId(true);
 
 	/*
@@ -471,7 +431,14 @@ open_leaf(InboxDirectWriter *w, int leafno)
 		if (OidIsValid(relid))
 		{
 			leaf->rel = table_open(relid, RowExclusiveLock);
-			if (direct_layout_ok(leaf->rel))
+
+			/*
+			 * As the executor checks the INSERT privilege, for the current
+			 * user: the extension's owner, under SECURITY DEFINER or as the
+			 * entry point switched to it
+			 */
+			if (direct_layout_leaf_ok(leaf->rel, leafno, w->entries) &&
+				pg_class_aclcheck(relid, GetUserId(), ACL_INSERT) == ACLCHECK_OK)
 			{
 				Oid			pkey;
 

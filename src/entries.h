@@ -6,8 +6,9 @@
  *	  columns by number, as sql/inbox.sql defines them.
  *
  * Code that reads or writes a row by column number (direct.c) uses the
- * Anum_ values below and checks the leaf against entries_columns before
- * it does; code that goes through SQL names the columns.
+ * Anum_ values below, and writes only into a leaf that direct_layout.c
+ * found exactly as entries_columns and entries_checks describe it; code
+ * that goes through SQL names the columns.
  *
  * src/entries.h
  *
@@ -16,7 +17,10 @@
 #ifndef INBOX_ENTRIES_H
 #define INBOX_ENTRIES_H
 
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+
+#include "inbox.h"
 
 /*
  * inbox.entries is range-partitioned by a bucket that the extension
@@ -64,40 +68,72 @@
 #define Anum_entries_result			16
 #define Anum_entries_finished_at	17
 
-/* Each column's name and type, indexed by its Anum_entries_ value */
+/*
+ * Each column as sql/inbox.sql creates it, indexed by its Anum_entries_
+ * value: name, type (no type modifier), collation (InvalidOid for a type
+ * that has none), whether it is NOT NULL, and its DEFAULT as that script
+ * writes it (NULL: none).  direct.c writes a row only into a leaf whose
+ * columns are exactly these (direct_layout.c): then the columns it leaves
+ * NULL accept NULL, and the values it writes for received_at and state
+ * are those their defaults would give.
+ */
 typedef struct EntriesColumn
 {
 	const char *name;
 	Oid			type;
+	Oid			collation;
+	bool		notnull;
+	const char *default_sql;
 } EntriesColumn;
 
 static const EntriesColumn entries_columns[Natts_entries + 1] = {
-	[Anum_entries_scope] = {"scope", TEXTOID},
-	[Anum_entries_message_id] = {"message_id", TEXTOID},
-	[Anum_entries_bucket] = {"bucket", INT2OID},
-	[Anum_entries_received_at] = {"received_at", TIMESTAMPTZOID},
-	[Anum_entries_payload_hash] = {"payload_hash", BYTEAOID},
-	[Anum_entries_state] = {"state", CHAROID},
-	[Anum_entries_payload] = {"payload", JSONBOID},
-	[Anum_entries_payload_bytes] = {"payload_bytes", BYTEAOID},
-	[Anum_entries_attempts] = {"attempts", INT4OID},
-	[Anum_entries_owner_session] = {"owner_session", INT8OID},
-	[Anum_entries_taken_at] = {"taken_at", TIMESTAMPTZOID},
-	[Anum_entries_lease_until] = {"lease_until", TIMESTAMPTZOID},
-	[Anum_entries_due] = {"due", TIMESTAMPTZOID},
-	[Anum_entries_receipt] = {"receipt", UUIDOID},
-	[Anum_entries_last_error] = {"last_error", TEXTOID},
-	[Anum_entries_result] = {"result", JSONBOID},
-	[Anum_entries_finished_at] = {"finished_at", TIMESTAMPTZOID},
+	[Anum_entries_scope] = {"scope", TEXTOID, C_COLLATION_OID, true, NULL},
+	[Anum_entries_message_id] = {"message_id", TEXTOID, C_COLLATION_OID, true, NULL},
+	[Anum_entries_bucket] = {"bucket", INT2OID, InvalidOid, true, NULL},
+	[Anum_entries_received_at] = {"received_at", TIMESTAMPTZOID, InvalidOid, true, "pg_catalog.now()"},
+	[Anum_entries_payload_hash] = {"payload_hash", BYTEAOID, InvalidOid, false, NULL},
+	[Anum_entries_state] = {"state", CHAROID, InvalidOid, true, "'d'"},
+	[Anum_entries_payload] = {"payload", JSONBOID, InvalidOid, false, NULL},
+	[Anum_entries_payload_bytes] = {"payload_bytes", BYTEAOID, InvalidOid, false, NULL},
+	[Anum_entries_attempts] = {"attempts", INT4OID, InvalidOid, false, NULL},
+	[Anum_entries_owner_session] = {"owner_session", INT8OID, InvalidOid, false, NULL},
+	[Anum_entries_taken_at] = {"taken_at", TIMESTAMPTZOID, InvalidOid, false, NULL},
+	[Anum_entries_lease_until] = {"lease_until", TIMESTAMPTZOID, InvalidOid, false, NULL},
+	[Anum_entries_due] = {"due", TIMESTAMPTZOID, InvalidOid, false, NULL},
+	[Anum_entries_receipt] = {"receipt", UUIDOID, InvalidOid, false, NULL},
+	[Anum_entries_last_error] = {"last_error", TEXTOID, DEFAULT_COLLATION_OID, false, NULL},
+	[Anum_entries_result] = {"result", JSONBOID, InvalidOid, false, NULL},
+	[Anum_entries_finished_at] = {"finished_at", TIMESTAMPTZOID, InvalidOid, false, NULL},
 };
 
 /*
- * The CHECK constraints of inbox.entries, by name.  Each repeats for rows
- * that arrive by COPY what keys.c and the bucket guarantee for the rows
- * the API writes.
+ * The function that computes a key's bucket in SQL, which the CHECK
+ * entries_bucket calls: keys.c's inbox_bucket_sql, the same computation
+ * as the bucket a claim writes.
  */
-static const char *const entries_checks[] = {
-	"entries_scope_length", "entries_message_id_length", "entries_bucket"
+#define ENTRIES_BUCKET_SCHEMA		"inbox"
+#define ENTRIES_BUCKET_FUNCTION		"bucket"
+
+/*
+ * The CHECK constraints of inbox.entries, by name, each with its
+ * expression as sql/inbox.sql writes it: schema-qualified, so that no
+ * search_path changes what it names.  Each repeats for rows that arrive
+ * by COPY what keys.c checks (the limits of inbox.h) and the bucket
+ * guarantees for the rows the API writes.
+ */
+typedef struct EntriesCheck
+{
+	const char *name;
+	const char *expression;
+} EntriesCheck;
+
+static const EntriesCheck entries_checks[] = {
+	{"entries_scope_length",
+	"pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) " CppAsString2(INBOX_MAX_SCOPE_BYTES)},
+	{"entries_message_id_length",
+	"pg_catalog.octet_length(message_id) OPERATOR(pg_catalog.<=) " CppAsString2(INBOX_MAX_MESSAGE_ID_BYTES)},
+	{"entries_bucket",
+	"bucket OPERATOR(pg_catalog.=) " ENTRIES_BUCKET_SCHEMA "." ENTRIES_BUCKET_FUNCTION "(scope, message_id)"},
 };
 
 #endif							/* INBOX_ENTRIES_H */

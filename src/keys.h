@@ -21,6 +21,8 @@ extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,
 						   const char *argname, int maxbytes);
 extern bytea *inbox_hash_arg(FunctionCallInfo fcinfo, int argno);
 extern int	inbox_bucket(const text *scope, const text *message_id);
+/* inbox.bucket(); direct_layout.c checks that entries_bucket calls it */
+extern PGDLLEXPORT Datum inbox_bucket_sql(PG_FUNCTION_ARGS);
 extern int	inbox_scope_leaf(const text *scope);
 extern char *inbox_quote(const text *t);
 extern char *inbox_hex(const bytea *b);

@@ -41,6 +41,7 @@ my @layers = (
 		  [ events => qw(events.c events.h) ],
 		[ conflicts => qw(conflicts.c conflicts.h) ],
 		[ direct => qw(direct.c direct.h) ],
+		[ direct_layout => qw(direct_layout.c direct_layout.h) ],
 		[ session => qw(session.c session.h) ],
 		[ front => qw(front.c front.h) ],
 		[ wakeup => qw(wakeup.c wakeup.h) ],
