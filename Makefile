@@ -56,7 +56,7 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred poll streams forget limits direct_guard drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll ranges streams forget limits direct_guard drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/

@@ -2,8 +2,11 @@
  * inbox--1.0.0--1.1.0.sql: update from 1.0.0 to 1.1.0, literal.
  *
  * 1.1.0 adds the grant bundles: inbox_grant_bundle, inbox_revoke_bundle
- * and the view inbox_bundles.  The library serves the SQL of 1.0.0 and
- * 1.1.0 through the same entry points, so nothing else changes.
+ * and the view inbox_bundles, and enforces the documented ranges of the
+ * durations, of inbox_set_max_attempts and of inbox_set_retention in the
+ * functions written in SQL (the C ones enforce them for 1.0.0's SQL too).
+ * The library serves the SQL of 1.0.0 and 1.1.0 through the same entry
+ * points; 1.1.0 binds one more, inbox.check_duration's.
  */
 
 -- complain if the script is sourced in psql rather than via ALTER EXTENSION
@@ -278,3 +281,185 @@ REVOKE ALL ON @extschema@.inbox_bundles FROM PUBLIC;
 
 -- New in 1.1.0: granted to the roles that hold the rest of its bundle
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_bundles');
+
+/* ------------------------------------------------------------------------
+ * Ranges
+ *
+ * The documented ranges, enforced: a lease, a wait or a retry delay with a
+ * part in months is refused (it would run as another length than it was
+ * checked as), and one with days runs as long as it was checked to be;
+ * inbox_set_max_attempts keeps to the range of inbox.max_attempts;
+ * inbox_set_retention checks its bounds as the purge measures them too.
+ * The functions are those of inbox.sql, word for word.
+ * ------------------------------------------------------------------------ */
+
+CREATE FUNCTION inbox.check_duration(value interval, argname text)
+RETURNS interval
+AS 'MODULE_PATHNAME', 'inbox_check_duration_sql'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION inbox.fail_message(p_scope text, p_id text, p_receipt uuid,
+								   p_error text, p_retry_after interval)
+RETURNS text
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	new_state "char";
+	allowed integer;
+	-- The times are computed before the UPDATE, and passed to it as
+	-- values: Citus refuses a volatile function, and a stable one inside a
+	-- CASE, in an UPDATE of a distributed table (docs/scale-out.md).
+	finished timestamptz := pg_catalog.now();
+	retry_at timestamptz;
+	retry_span interval;
+	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
+BEGIN
+	-- No months, and days of 24 hours: the delay is as long as it was
+	-- checked to be (src/keys.c)
+	retry_span := inbox.check_duration(p_retry_after, 'retry_after');
+	IF retry_span < interval '0' THEN
+		RAISE EXCEPTION 'retry_after must not be negative'
+			USING ERRCODE = '22023',
+				  DETAIL = format('It is %s.', p_retry_after),
+				  HINT = 'Pass NULL to make the message takeable again at once.';
+	END IF;
+	allowed := inbox.max_attempts(p_scope);
+	retry_at := pg_catalog.clock_timestamp() + coalesce(retry_span, interval '0');
+	-- Before the UPDATE, which locks the message: its due moves, and the
+	-- scope's front must hear of it even if this transaction aborts
+	-- (src/front.c).  Takes waiting on the scope wake at commit.
+	PERFORM inbox.wake_takers(p_scope);
+	-- Two statements, so that each finds its row by an index of one leaf
+	-- whatever plan_cache_mode says
+	IF p_receipt IS NULL THEN
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
+			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+		 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+		   AND e.state = 'r' AND e.owner_session = me
+		RETURNING e.state INTO new_state;
+		IF NOT FOUND THEN
+			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
+		END IF;
+	ELSE
+		UPDATE inbox.entries AS e
+		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
+			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
+			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
+			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
+		 WHERE e.receipt = p_receipt
+		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.state = 'r'
+		RETURNING e.state INTO new_state;
+		IF NOT FOUND THEN
+			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
+		END IF;
+	END IF;
+	PERFORM inbox.count_failure(p_scope);
+	RETURN inbox.state_name(new_state);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.extend_lease(p_scope text, p_id text, p_lease interval)
+RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	until timestamptz;
+	-- Values, not functions, in the UPDATE: see inbox.fail_message
+	me bigint := inbox.session_key();
+	lease_span interval;
+	lease_end timestamptz;
+BEGIN
+	-- As the lease of a take (src/deferred.c): no months, days of 24 hours
+	lease_span := inbox.check_duration(p_lease, 'lease');
+	IF lease_span IS NULL OR lease_span <= interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023';
+	END IF;
+	lease_end := pg_catalog.clock_timestamp() + lease_span;
+	-- As in inbox.fail_message: the front, and the takes waiting to
+	-- recheck the held message, hear of the new due.
+	PERFORM inbox.wake_takers(p_scope);
+	-- A message polled under a lease is due when its lease runs out; one
+	-- bound to its session stays due from its take (src/deferred.c).
+	UPDATE inbox.entries AS e
+	   SET lease_until = lease_end,
+		   due = CASE WHEN e.receipt IS NULL OR e.lease_until IS NULL THEN e.due ELSE lease_end END
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
+	   AND e.state = 'r' AND e.owner_session = me
+	RETURNING e.lease_until INTO until;
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(p_scope, p_id, 'extended', 'r');
+	END IF;
+	RETURN until;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_set_max_attempts(scope text, max_attempts integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	lowest integer;
+	highest integer;
+BEGIN
+	PERFORM inbox.check_key(inbox_set_max_attempts.scope, NULL, false);
+	-- The range of the setting inbox.max_attempts (src/deferred.c), read
+	-- from the setting, which inbox.check_key has loaded the library to
+	-- define.  NULL passes: it goes back to the setting.
+	SELECT s.min_val::integer, s.max_val::integer INTO STRICT lowest, highest
+	  FROM pg_catalog.pg_settings AS s
+	 WHERE s.name OPERATOR(pg_catalog.=) 'inbox.max_attempts';
+	IF inbox_set_max_attempts.max_attempts NOT BETWEEN lowest AND highest THEN
+		RAISE EXCEPTION 'max_attempts must be between % and %', lowest, highest
+			USING ERRCODE = '22023',
+				  DETAIL = format('It is %s.', inbox_set_max_attempts.max_attempts),
+				  HINT = 'That is the range of inbox.max_attempts; pass NULL to go back to the setting.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, max_attempts)
+	VALUES (inbox_set_max_attempts.scope, inbox_set_max_attempts.max_attempts)
+	ON CONFLICT (scope) DO UPDATE SET max_attempts = EXCLUDED.max_attempts;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_set_retention(scope text, retention interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_set_retention.scope, NULL, false);
+	IF inbox_set_retention.retention <= interval '0'
+	   OR extract(epoch FROM inbox_set_retention.retention) <= 0 THEN
+		RAISE EXCEPTION 'retention must be positive'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The retention given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
+				  HINT = 'Pass NULL to go back to inbox.retention.';
+	END IF;
+	IF inbox_set_retention.retention > interval '2147483647 seconds'
+	   OR extract(epoch FROM inbox_set_retention.retention) > 2147483647 THEN
+		RAISE EXCEPTION 'retention must be at most 2147483647 seconds'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The retention given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
+				  HINT = 'That is about 68 years, the longest retention inbox.retention allows too.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, retention)
+	VALUES (inbox_set_retention.scope, inbox_set_retention.retention)
+	ON CONFLICT (scope) DO UPDATE SET retention = EXCLUDED.retention;
+END
+$$;

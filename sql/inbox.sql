@@ -287,6 +287,13 @@ AS 'MODULE_PATHNAME', 'inbox_check_key'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
+-- A duration's check, and its span with days of 24 hours (src/keys.c)
+CREATE FUNCTION inbox.check_duration(value interval, argname text)
+RETURNS interval
+AS 'MODULE_PATHNAME', 'inbox_check_duration_sql'
+LANGUAGE C STABLE STRICT
+SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION inbox.quote(text)
 RETURNS text
 AS 'MODULE_PATHNAME', 'inbox_quote_sql'
@@ -588,14 +595,20 @@ DECLARE
 	-- CASE, in an UPDATE of a distributed table (docs/scale-out.md).
 	finished timestamptz := pg_catalog.now();
 	retry_at timestamptz;
+	retry_span interval;
 	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
 BEGIN
-	IF p_retry_after < interval '0' THEN
+	-- No months, and days of 24 hours: the delay is as long as it was
+	-- checked to be (src/keys.c)
+	retry_span := inbox.check_duration(p_retry_after, 'retry_after');
+	IF retry_span < interval '0' THEN
 		RAISE EXCEPTION 'retry_after must not be negative'
-			USING ERRCODE = '22023';
+			USING ERRCODE = '22023',
+				  DETAIL = format('It is %s.', p_retry_after),
+				  HINT = 'Pass NULL to make the message takeable again at once.';
 	END IF;
 	allowed := inbox.max_attempts(p_scope);
-	retry_at := pg_catalog.clock_timestamp() + coalesce(p_retry_after, interval '0');
+	retry_at := pg_catalog.clock_timestamp() + coalesce(retry_span, interval '0');
 	-- Before the UPDATE, which locks the message: its due moves, and the
 	-- scope's front must hear of it even if this transaction aborts
 	-- (src/front.c).  Takes waiting on the scope wake at commit.
@@ -644,13 +657,16 @@ DECLARE
 	until timestamptz;
 	-- Values, not functions, in the UPDATE: see inbox.fail_message
 	me bigint := inbox.session_key();
+	lease_span interval;
 	lease_end timestamptz;
 BEGIN
-	IF p_lease IS NULL OR p_lease <= interval '0' THEN
+	-- As the lease of a take (src/deferred.c): no months, days of 24 hours
+	lease_span := inbox.check_duration(p_lease, 'lease');
+	IF lease_span IS NULL OR lease_span <= interval '0' THEN
 		RAISE EXCEPTION 'lease must be positive'
 			USING ERRCODE = '22023';
 	END IF;
-	lease_end := pg_catalog.clock_timestamp() + p_lease;
+	lease_end := pg_catalog.clock_timestamp() + lease_span;
 	-- As in inbox.fail_message: the front, and the takes waiting to
 	-- recheck the held message, hear of the new due.
 	PERFORM inbox.wake_takers(p_scope);
@@ -838,12 +854,22 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+	lowest integer;
+	highest integer;
 BEGIN
 	PERFORM inbox.check_key(inbox_set_max_attempts.scope, NULL, false);
-	IF inbox_set_max_attempts.max_attempts < 1 THEN
-		RAISE EXCEPTION 'max_attempts must be at least 1'
+	-- The range of the setting inbox.max_attempts (src/deferred.c), read
+	-- from the setting, which inbox.check_key has loaded the library to
+	-- define.  NULL passes: it goes back to the setting.
+	SELECT s.min_val::integer, s.max_val::integer INTO STRICT lowest, highest
+	  FROM pg_catalog.pg_settings AS s
+	 WHERE s.name OPERATOR(pg_catalog.=) 'inbox.max_attempts';
+	IF inbox_set_max_attempts.max_attempts NOT BETWEEN lowest AND highest THEN
+		RAISE EXCEPTION 'max_attempts must be between % and %', lowest, highest
 			USING ERRCODE = '22023',
-				  HINT = 'Pass NULL to go back to inbox.max_attempts.';
+				  DETAIL = format('It is %s.', inbox_set_max_attempts.max_attempts),
+				  HINT = 'That is the range of inbox.max_attempts; pass NULL to go back to the setting.';
 	END IF;
 	INSERT INTO inbox.scopes AS s (scope, max_attempts)
 	VALUES (inbox_set_max_attempts.scope, inbox_set_max_attempts.max_attempts)
@@ -1674,7 +1700,13 @@ $$;
 /*
  * Retention overrides are bounded like inbox.retention: a retention
  * beyond it could only push the purge's arithmetic out of the range of
- * timestamps.
+ * timestamps.  Months and years are allowed: the purge measures a
+ * retention in epoch seconds (inbox.cutoff), a month as 30 days and a year
+ * as 365.25, and never adds one to a time by the calendar.  Comparisons of
+ * intervals count a year as 360 days, though, so the bounds are checked by
+ * both measures: '-1 year 361 days' compares as one day, and is 4.25 days
+ * before now to the purge, which would then remove every done entry of the
+ * scope.
  */
 CREATE FUNCTION inbox.inbox_set_retention(scope text, retention interval)
 RETURNS void
@@ -1684,14 +1716,16 @@ AS $$
 #variable_conflict use_column
 BEGIN
 	PERFORM inbox.check_key(inbox_set_retention.scope, NULL, false);
-	IF inbox_set_retention.retention <= interval '0' THEN
+	IF inbox_set_retention.retention <= interval '0'
+	   OR extract(epoch FROM inbox_set_retention.retention) <= 0 THEN
 		RAISE EXCEPTION 'retention must be positive'
 			USING ERRCODE = '22023',
 				  DETAIL = format('The retention given for scope "%s" is %s.',
 								  inbox.quote(inbox_set_retention.scope), inbox_set_retention.retention),
 				  HINT = 'Pass NULL to go back to inbox.retention.';
 	END IF;
-	IF inbox_set_retention.retention > interval '2147483647 seconds' THEN
+	IF inbox_set_retention.retention > interval '2147483647 seconds'
+	   OR extract(epoch FROM inbox_set_retention.retention) > 2147483647 THEN
 		RAISE EXCEPTION 'retention must be at most 2147483647 seconds'
 			USING ERRCODE = '22023',
 				  DETAIL = format('The retention given for scope "%s" is %s.',

@@ -558,6 +558,7 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	values[5] = (Datum) 0;
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{
+		inbox_check_not_before(PG_GETARG_TIMESTAMPTZ(4));
 		values[5] = PG_GETARG_DATUM(4);
 		nulls[5] = ' ';
 	}

@@ -486,6 +486,8 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 				 errmsg("message_ids must not be null")));
 	batch->raise = on_mismatch_arg(fcinfo, mode_arg);
 	batch->not_before = receive && !PG_ARGISNULL(4) ? PG_GETARG_DATUM(4) : (Datum) 0;
+	if (batch->not_before != (Datum) 0)
+		inbox_check_not_before(DatumGetTimestampTz(batch->not_before));
 	batch->done = receive ? "received" : "claimed";
 
 	n = array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);

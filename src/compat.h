@@ -16,6 +16,7 @@
 #include "access/tableam.h"
 #include "access/tupdesc.h"
 #include "catalog/pg_database.h"
+#include "datatype/timestamp.h"
 #include "executor/executor.h"
 #include "storage/lock.h"
 #include "utils/relcache.h"
@@ -69,6 +70,17 @@ inbox_database_is_invalid(Form_pg_database form)
 	return form->datconnlimit == DATCONNLIMIT_INVALID_DB;
 #else
 	return false;
+#endif
+}
+
+/* Intervals can be infinite ('infinity', '-infinity') from 17 on */
+static inline bool
+inbox_interval_is_finite(const Interval *i)
+{
+#if PG_VERSION_NUM >= 170000
+	return !INTERVAL_NOT_FINITE(i);
+#else
+	return true;
 #endif
 }
 

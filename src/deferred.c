@@ -109,15 +109,6 @@ static int	max_attempts = 5;
  */
 #define POLL_MAX_WAIT_SECONDS	60
 
-/*
- * How long a waiting take sleeps at most before it looks again, while the
- * scope has messages that are due but that it could not take: taken
- * without a lease by a live session (which may end without a commit to
- * wake anyone), or locked by a concurrent take (which may roll back).
- * Otherwise only a commit or the next due time wakes it.
- */
-#define POLL_RECHECK_MS		5000
-
 static SPIPlanPtr max_attempts_plan = NULL;
 static SPIPlanPtr refuse_plan = NULL;
 static SPIPlanPtr refuse_receipt_plan = NULL;
@@ -131,7 +122,6 @@ static SPIPlanPtr refuse_extend_plan = NULL;
 typedef enum DeferredLeafPlan
 {
 	LEAF_CANDIDATES,			/* the due messages a take may hand out */
-	LEAF_HELD,					/* whether any is due (a waiting take) */
 	LEAF_NEXT_DUE,				/* when the next one is due (a waiting take) */
 	LEAF_TAKE,					/* hand messages out */
 	LEAF_TAKE_ONE,				/* hand one message out */
@@ -155,13 +145,6 @@ static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 		"LIMIT $3 "
 		"FOR UPDATE SKIP LOCKED",
 		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
-	},
-	[LEAF_HELD] = {
-		"held",
-		"SELECT 1 FROM inbox.entries_p%d "
-		"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due <= $2 "
-		"LIMIT 1",
-		{TEXTOID, TIMESTAMPTZOID}
 	},
 	[LEAF_NEXT_DUE] = {
 		"next due",
@@ -233,7 +216,7 @@ typedef struct TakeCall
 	text	   *scope;
 	int			leaf;			/* the leaf that holds the scope's entries */
 	int			max_messages;
-	Interval   *lease;			/* NULL: no lease */
+	Interval   *lease;			/* NULL: no lease; else its span (keys.c) */
 	bool		receipts;		/* inbox_poll: return receipts and leases */
 	int64		owner;
 	int			allowed;		/* max attempts, read when first needed */
@@ -482,19 +465,32 @@ take_round(TakeCall *call, int *candidates)
 	return taken;
 }
 
-/* Until when a take that found nothing at now may sleep */
+/*
+ * Until when a take that found nothing at now may sleep: until its
+ * deadline, the next due time of the scope, or a commit that noted the
+ * scope (wakeup.c), whichever comes first, and never longer than
+ * FRONT_FULL_SCAN_MS.
+ *
+ * Some messages become takeable with no commit that wakes the scope's
+ * waiting takes, and no due time to sleep until: a row written without the
+ * extension's functions (a data-only restore, a COPY, an INSERT or UPDATE
+ * by hand), a receive committed by COMMIT PREPARED, a message whose owner
+ * session ended, one that a concurrent take locked and gave back by
+ * rolling back.  A take finds each of them when it looks, the rows written
+ * by hand only with the full scan that the scope's takes run at least
+ * every FRONT_FULL_SCAN_MS, since no event told the front of them
+ * (front.c).  So a waiting take looks again at least that often, and finds
+ * them as soon as a take that does not wait would.
+ */
 static TimestampTz
 sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 {
 	Datum		values[2];
 	bool		isnull;
-	TimestampTz until = deadline;
+	TimestampTz until = Min(deadline, TimestampTzPlusMilliseconds(now, FRONT_FULL_SCAN_MS));
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
-	if (execute(LEAF_HELD, call->leaf, values, NULL, SPI_OK_SELECT) > 0)
-		until = Min(until, TimestampTzPlusMilliseconds(now, POLL_RECHECK_MS));
-	SPI_freetuptable(SPI_tuptable);
 	if (execute(LEAF_NEXT_DUE, call->leaf, values, NULL, SPI_OK_SELECT) > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
@@ -502,23 +498,25 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 	return until;
 }
 
+/*
+ * A lease or a wait: NULL if not given, else its span (inbox_check_duration),
+ * which must be positive.
+ */
 static Interval *
-positive_interval_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+positive_duration_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 					  const char *hint)
 {
-	Interval   *iv;
-	Interval	zero = {0};
+	Interval   *span;
 
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
-	iv = PG_GETARG_INTERVAL_P(argno);
-	if (DatumGetBool(DirectFunctionCall2(interval_le, IntervalPGetDatum(iv),
-										 IntervalPGetDatum(&zero))))
+	span = inbox_check_duration(PG_GETARG_INTERVAL_P(argno), name);
+	if (span->time <= 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be positive", name),
 				 hint ? errhint("%s", hint) : 0));
-	return iv;
+	return span;
 }
 
 /*
@@ -542,7 +540,7 @@ take(FunctionCallInfo fcinfo, bool poll)
 				 PG_ARGISNULL(1) ? errdetail("It is NULL.") :
 				 errdetail("It is %d.", PG_GETARG_INT32(1))));
 	call.max_messages = PG_GETARG_INT32(1);
-	call.lease = positive_interval_arg(fcinfo, 2, "lease",
+	call.lease = positive_duration_arg(fcinfo, 2, "lease",
 									   "Pass NULL to take without a lease: the message then stays with this session "
 									   "until it is completed or failed, or the session ends.");
 	call.receipts = poll;
@@ -555,14 +553,11 @@ take(FunctionCallInfo fcinfo, bool poll)
 
 	if (poll)
 	{
-		wait = positive_interval_arg(fcinfo, 3, "wait",
+		wait = positive_duration_arg(fcinfo, 3, "wait",
 									 "Pass NULL not to wait.");
 		if (wait != NULL)
 		{
-			Interval	longest = {.time = (int64) POLL_MAX_WAIT_SECONDS * USECS_PER_SEC};
-
-			if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(wait),
-												 IntervalPGetDatum(&longest))))
+			if (wait->time > (int64) POLL_MAX_WAIT_SECONDS * USECS_PER_SEC)
 				ereport(ERROR,
 						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						 errmsg("wait must be at most %d seconds", POLL_MAX_WAIT_SECONDS),
@@ -582,9 +577,8 @@ take(FunctionCallInfo fcinfo, bool poll)
 						 errdetail("The transaction's snapshot was taken before the wait, "
 								   "so it could never see a message that arrives during it."),
 						 errhint("Poll in a READ COMMITTED transaction, or pass wait => NULL.")));
-			deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-															   TimestampTzGetDatum(GetCurrentTimestamp()),
-															   IntervalPGetDatum(wait)));
+			/* A span of at most POLL_MAX_WAIT_SECONDS: no overflow */
+			deadline = GetCurrentTimestamp() + wait->time;
 		}
 	}
 
@@ -759,7 +753,6 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	pg_uuid_t  *receipt;
 	Interval   *lease;
-	Interval	zero = {0};
 	Datum		values[3];
 	bool		isnull;
 	Datum		until;
@@ -769,13 +762,12 @@ inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("receipt must not be null")));
-	if (PG_ARGISNULL(2) ||
-		DatumGetBool(DirectFunctionCall2(interval_le, PG_GETARG_DATUM(2), IntervalPGetDatum(&zero))))
+	lease = positive_duration_arg(fcinfo, 2, "lease", NULL);
+	if (lease == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lease must be positive")));
 	receipt = PG_GETARG_UUID_P(1);
-	lease = PG_GETARG_INTERVAL_P(2);
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = UUIDPGetDatum(receipt);

@@ -89,9 +89,6 @@
 #define FRONT_SLOTS			4096
 #define FRONT_EVENTS		1024
 
-/* How long a scope's takes may go without one full scan */
-#define FRONT_FULL_SCAN_MS	1000
-
 /* The event key that stands for every scope */
 #define FRONT_ALL_SCOPES	UINT64CONST(0)
 

@@ -13,6 +13,14 @@
 
 #include "datatype/timestamp.h"
 
+/*
+ * How long a scope's takes may go without one full scan, the scan from the
+ * oldest entry that finds what no event told the front of (front.c).  A
+ * waiting take looks again at least this often (deferred.c), so that it
+ * finds such a message no later than takes that do not wait.
+ */
+#define FRONT_FULL_SCAN_MS	1000
+
 /* What a take read before its scan, and gives back after it */
 typedef struct InboxFront
 {

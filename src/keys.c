@@ -2,7 +2,8 @@
  *
  * keys.c
  *	  Checks on the (scope, message_id) key and the payload hash that every
- *	  API function shares, and safe quoting of caller strings for messages.
+ *	  API function shares, on the durations of the deferred mode and a
+ *	  receive's not_before, and safe quoting of caller strings for messages.
  *
  * Bad input is rejected before anything is written, so an error can never
  * leave half a claim behind.  Caller strings end up in errmsg, and so in
@@ -16,11 +17,13 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "common/int.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "compat.h"
 #include "entries.h"
@@ -28,6 +31,7 @@
 #include "keys.h"
 
 PG_FUNCTION_INFO_V1(inbox_check_key);
+PG_FUNCTION_INFO_V1(inbox_check_duration_sql);
 PG_FUNCTION_INFO_V1(inbox_quote_sql);
 PG_FUNCTION_INFO_V1(inbox_bucket_sql);
 
@@ -160,6 +164,75 @@ inbox_hash_arg(FunctionCallInfo fcinfo, int argno)
 {
 	return inbox_check_hash_datum(PG_GETARG_DATUM(argno), PG_ARGISNULL(argno),
 								  "payload_hash");
+}
+
+/*
+ * Check a duration (a lease, a wait, a retry delay) and return it as one
+ * span of microseconds: an Interval whose days are folded into its time,
+ * at 24 hours a day.  Whether it may be NULL, zero or negative, and how
+ * long it may be, are the caller's to check, on the span.
+ *
+ * A duration's bounds are checked by comparing intervals, which count a
+ * month as 30 days and a day as 24 hours; its deadline is the duration
+ * added to a time.  Added to a timestamptz, a month moves by the calendar
+ * (28 to 31 days) and a day by the session's time zone (23 or 25 hours
+ * across a change of daylight saving time): such a duration would pass its
+ * checks as one length and run as another ('1 mon -30 days 1 second'
+ * compares as one second and runs for about a day).  A month has no length
+ * to agree on, and is refused; a day has one, which the span keeps
+ * wherever it is added.  An infinite interval (PostgreSQL 17 on) has no
+ * deadline at all.
+ */
+Interval *
+inbox_check_duration(const Interval *value, const char *argname)
+{
+	Interval   *span;
+	int64		usecs;
+
+	if (!inbox_interval_is_finite(value))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be finite", argname),
+				 errdetail("It is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(value)))),
+				 errhint("Give it in days, hours, minutes or seconds.")));
+	if (value->month != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not have a part in months or years", argname),
+				 errdetail("It is %s. A month lasts 28 to 31 days, depending on when it falls, "
+						   "so a duration with one has no fixed length.",
+						   DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(value)))),
+				 errhint("Give it in days, hours, minutes or seconds, such as '30 days' rather than '1 month'.")));
+	if (pg_mul_s64_overflow((int64) value->day, USECS_PER_DAY, &usecs) ||
+		pg_add_s64_overflow(usecs, value->time, &usecs))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is out of range", argname),
+				 errdetail("It is %s, longer than the range of timestamps.",
+						   DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(value)))),
+				 errhint("Give a duration that ends within the range of timestamps.")));
+	span = palloc0(sizeof(Interval));
+	span->time = usecs;
+	return span;
+}
+
+/*
+ * Check a receive's not_before.  A message due at 'infinity' would stay
+ * pending for ever: no take hands it out, and the purge removes only done
+ * messages.  '-infinity' is allowed: a receive stores the later of
+ * not_before and now, so it means "at once".
+ */
+void
+inbox_check_not_before(TimestampTz not_before)
+{
+	if (TIMESTAMP_IS_NOEND(not_before))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("not_before must not be infinity"),
+				 errdetail("A message due at infinity would stay pending for ever: no take would hand it out, "
+						   "and the purge removes only done messages."),
+				 errhint("Pass the time from which the message may be taken, or NULL to make it takeable at once.")));
 }
 
 /*
@@ -393,6 +466,18 @@ inbox_check_key(PG_FUNCTION_ARGS)
 	if (PG_GETARG_BOOL(2))
 		(void) inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
 	PG_RETURN_VOID();
+}
+
+/*
+ * inbox.check_duration(value interval, argname text) -> interval: the
+ * duration check of the C functions, and its span, for the SQL ones.
+ * STRICT: a NULL duration means what its function says.
+ */
+Datum
+inbox_check_duration_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INTERVAL_P(inbox_check_duration(PG_GETARG_INTERVAL_P(0),
+											  text_to_cstring(PG_GETARG_TEXT_PP(1))));
 }
 
 /* inbox.quote(text) -> text: a caller's string made safe for a message */

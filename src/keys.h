@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * keys.h
- *	  Checks on the arguments every API function shares (keys and payload
- *	  hashes), and safe quoting of caller strings in messages.
+ *	  Checks on the arguments every API function shares (keys, payload
+ *	  hashes, durations and a receive's not_before), and safe quoting of
+ *	  caller strings in messages.
  *
  * src/keys.h
  *
@@ -11,6 +12,7 @@
 #ifndef INBOX_KEYS_H
 #define INBOX_KEYS_H
 
+#include "datatype/timestamp.h"
 #include "fmgr.h"
 
 extern text *inbox_check_key_datum(Datum value, bool isnull,
@@ -20,6 +22,8 @@ extern bytea *inbox_check_hash_datum(Datum value, bool isnull,
 extern text *inbox_key_arg(FunctionCallInfo fcinfo, int argno,
 						   const char *argname, int maxbytes);
 extern bytea *inbox_hash_arg(FunctionCallInfo fcinfo, int argno);
+extern Interval *inbox_check_duration(const Interval *value, const char *argname);
+extern void inbox_check_not_before(TimestampTz not_before);
 extern int	inbox_bucket(const text *scope, const text *message_id);
 /* inbox.bucket(); direct_layout.c checks that entries_bucket calls it */
 extern PGDLLEXPORT Datum inbox_bucket_sql(PG_FUNCTION_ARGS);
