@@ -393,25 +393,64 @@ check_admin(const char *name)
  * Whether the function of proctup runs inbox_claim_1_0, the claim that the
  * entry point may decide itself (see inbox_enter_scope): judged by the C
  * function its library symbol resolves to, not by its name.
+ *
+ * An entry point finds its implementation at every executor start, so the
+ * verdicts are kept for the backend, each with the version of the pg_proc
+ * row it was reached on, as fmgr keeps its own lookups of C functions: a
+ * CREATE OR REPLACE writes a new version, whose verdict is made anew.
  */
+#define CLAIM_VERDICTS 32
+
+typedef struct ClaimVerdict
+{
+	Oid			oid;
+	TransactionId xmin;
+	ItemPointerData tid;
+	bool		runs_claim;
+} ClaimVerdict;
+
+static ClaimVerdict claim_verdicts[CLAIM_VERDICTS];
+static int	n_claim_verdicts = 0;
+
 static bool
 runs_claim(HeapTuple proctup)
 {
 	Form_pg_proc proc = (Form_pg_proc) GETSTRUCT(proctup);
+	TransactionId xmin = HeapTupleHeaderGetRawXmin(proctup->t_data);
 	Datum		prosrc;
 	Datum		probin;
 	bool		isnull;
+	bool		verdict = false;
 
 	if (proc->prolang != ClanguageId)
 		return false;
+	for (int i = 0; i < n_claim_verdicts; i++)
+	{
+		ClaimVerdict *v = &claim_verdicts[i];
+
+		if (v->oid == proc->oid && v->xmin == xmin && ItemPointerEquals(&v->tid, &proctup->t_self))
+			return v->runs_claim;
+	}
+
 	prosrc = SysCacheGetAttr(PROCOID, proctup, Anum_pg_proc_prosrc, &isnull);
-	if (isnull)
-		return false;
-	probin = SysCacheGetAttr(PROCOID, proctup, Anum_pg_proc_probin, &isnull);
-	if (isnull)
-		return false;
-	return load_external_function(TextDatumGetCString(probin), TextDatumGetCString(prosrc),
-								  false, NULL) == (void *) inbox_claim_1_0;
+	if (!isnull)
+	{
+		probin = SysCacheGetAttr(PROCOID, proctup, Anum_pg_proc_probin, &isnull);
+		if (!isnull)
+			verdict = load_external_function(TextDatumGetCString(probin),
+											 TextDatumGetCString(prosrc),
+											 false, NULL) == (void *) inbox_claim_1_0;
+	}
+	if (n_claim_verdicts < CLAIM_VERDICTS)
+	{
+		ClaimVerdict *v = &claim_verdicts[n_claim_verdicts++];
+
+		v->oid = proc->oid;
+		v->xmin = xmin;
+		v->tid = proctup->t_self;
+		v->runs_claim = verdict;
+	}
+	return verdict;
 }
 
 /*
