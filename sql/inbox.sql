@@ -1384,10 +1384,12 @@ REVOKE ALL ON TABLE @extschema@.inbox_forget_log FROM PUBLIC;
  *	  purged until the scope has again been active for the retention.
  *
  * Pauses are found by the purge itself, from the gaps between received_at
- * values of the entries it sees, so a claim costs no bookkeeping at all.
- * inbox.scopes keeps what the purge has learnt.  Only done entries are
- * ever purged.  The purge runs in the background worker (src/worker.c)
- * or through inbox_purge (src/purge.c).
+ * values of the entries it sees, so a claim costs no bookkeeping in the
+ * database (it raises a hint in shared memory, src/stats.c).
+ * inbox.scopes keeps what the purge has learnt, and when each scope's
+ * entries may next expire.  Only done entries are ever purged.  The purge
+ * runs in the background worker (src/worker.c) or through inbox_purge
+ * (src/purge.c), which says which scopes a pass looks at.
  *
  * inbox_drop_scope, for a scope that will never be used again, removes
  * everything it holds at once.
@@ -1599,6 +1601,247 @@ END
 $$;
 
 /*
+ * The purge's schedule, per scope (src/purge.c says how a pass uses it,
+ * inbox.observe_leaf how it is computed): the earliest time at which the
+ * scope's cutoff may pass one of its entries if nothing new arrives
+ * (purge_at), the cutoff its clock stops at then (final_cutoff), and the
+ * retention and idle threshold both were computed with.  A scope without
+ * a row here was never evaluated: the next pass observes it.  The rows are
+ * a cache of what inbox.scopes and the entries imply, so pg_dump leaves
+ * them out; after a restore, the first pass computes them again.
+ */
+CREATE TABLE inbox.scope_schedules (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	purge_at timestamptz NOT NULL,
+	final_cutoff timestamptz,
+	retention interval NOT NULL,
+	idle_threshold interval NOT NULL,
+	CONSTRAINT scope_schedules_pkey PRIMARY KEY (scope),
+	CONSTRAINT scope_schedules_scope_fkey FOREIGN KEY (scope)
+		REFERENCES inbox.scopes (scope) ON DELETE CASCADE
+);
+
+COMMENT ON TABLE inbox.scope_schedules IS
+'per-scope purge schedule: when its entries may next expire';
+
+-- A pass reads the schedules that have come, and no other
+CREATE INDEX scope_schedules_purge_at ON inbox.scope_schedules (purge_at);
+
+REVOKE ALL ON TABLE inbox.scope_schedules FROM PUBLIC;
+
+/*
+ * inbox.purge_due(): the scopes whose schedule has come, what every purge
+ * pass observes besides the scopes that received claims (src/purge.c).
+ * One range of an index: an idle scope costs a pass nothing.
+ */
+CREATE FUNCTION inbox.purge_due()
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+	SELECT ss.scope
+	  FROM inbox.scope_schedules AS ss
+	 WHERE ss.purge_at OPERATOR(pg_catalog.<=) pg_catalog.now()
+$$;
+
+/*
+ * inbox.purge_unscheduled(retention, idle): the scopes of inbox.scopes
+ * without a schedule for the retention and idle threshold in force: none
+ * yet, or one computed with other settings, or with a retention the
+ * scope's override no longer has.  What a pass that starts a round of
+ * sweeps observes besides (src/purge.c): one join of inbox.scopes with
+ * inbox.scope_schedules, in the order of both primary keys.
+ */
+CREATE FUNCTION inbox.purge_unscheduled(p_retention interval, p_idle interval)
+RETURNS SETOF text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+	SELECT sc.scope
+	  FROM inbox.scopes AS sc
+	  LEFT JOIN inbox.scope_schedules AS ss ON ss.scope OPERATOR(pg_catalog.=) sc.scope
+	 WHERE ss.scope IS NULL
+		OR ss.idle_threshold IS DISTINCT FROM p_idle
+		OR ss.retention IS DISTINCT FROM coalesce(sc.retention, p_retention)
+$$;
+
+/*
+ * inbox.sweep_leaf(leaf): the scopes of one leaf whose entries show what
+ * neither the hints of the claims nor the schedules say (src/purge.c):
+ * scopes with entries and no clock, entries newer than the clock has read,
+ * or an entry older than the cutoff the clock stops at (written with an
+ * old received_at, restored, or a dead letter put back).  A skip scan of
+ * the (scope, received_at) index: a probe per scope for its oldest entry,
+ * one more for its newest, in one statement whatever the number of
+ * scopes; index lookups of the two tables, whatever their statistics say.
+ */
+CREATE FUNCTION inbox.sweep_leaf(p_leaf regclass)
+RETURNS SETOF text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+BEGIN
+	RETURN QUERY EXECUTE format(
+		'WITH RECURSIVE s(scope, oldest) AS ('
+		'  (SELECT e.scope, e.received_at FROM %1$s AS e'
+		'    ORDER BY e.scope, e.received_at LIMIT 1)'
+		'  UNION ALL'
+		'  SELECT n.scope, n.received_at FROM s'
+		'   CROSS JOIN LATERAL (SELECT e.scope, e.received_at FROM %1$s AS e'
+		'                        WHERE e.scope OPERATOR(pg_catalog.>) s.scope'
+		'                        ORDER BY e.scope, e.received_at LIMIT 1) AS n)'
+		'SELECT s.scope FROM s'
+		'  LEFT JOIN inbox.scopes AS sc ON sc.scope OPERATOR(pg_catalog.=) s.scope'
+		'  LEFT JOIN inbox.scope_schedules AS ss ON ss.scope OPERATOR(pg_catalog.=) s.scope'
+		' WHERE sc.observed_until IS NULL'
+		'    OR s.oldest OPERATOR(pg_catalog.<) ss.final_cutoff'
+		'    OR EXISTS (SELECT FROM %1$s AS e'
+		'                WHERE e.scope OPERATOR(pg_catalog.=) s.scope'
+		'                  AND e.received_at OPERATOR(pg_catalog.>) sc.observed_until)', p_leaf);
+END
+$$;
+
+/*
+ * inbox.observe_leaf(leaf, scopes, retention, idle): inbox.observe for
+ * many scopes of one leaf at once, in a few statements whatever their
+ * number, and each one's schedule.  Returns, for each scope it observed
+ * (one that another purger holds is skipped, as by inbox.observe), how far
+ * its clock has read, and its cutoff if done entries are past it.
+ *
+ * The schedule rests on two properties of a clock with no new entry: its
+ * cutoff never decreases, and stops from latest + idle on; and it is never
+ * later than now less the retention.
+ *
+ *	final_cutoff	inbox.cutoff at latest + idle (or now, if later): where
+ *					the cutoff stops; NULL while the clock holds after a
+ *					pause longer than the retention
+ *	purge_at		-infinity while done entries are past the cutoff: the
+ *					pass after the purge computes it again.  now while a
+ *					pending or processing message is past it: the scope is
+ *					looked at each pass, and the message goes at the pass
+ *					after it completes.  Else the scope's oldest entry at
+ *					or after the cutoff, plus the retention: no entry can
+ *					pass the cutoff sooner (or now, if that is past: a
+ *					pause within the retention puts the cutoff further
+ *					back, and the scope is looked at each pass until its
+ *					clock stops).  infinity when the final cutoff is not
+ *					past that entry, or there is none: nothing expires
+ *					until something new arrives.
+ *
+ * Dead letters before the cutoff stay, whatever their age; one put back
+ * and completed goes at the next sweep, which finds the scope's oldest
+ * entry below its final cutoff (inbox.sweep_leaf).
+ *
+ * The CTEs that compute a cutoff are materialized, so that inbox.cutoff
+ * runs once per scope however often its result is read; a row of
+ * inbox.scopes or inbox.scope_schedules is written only if it changes.
+ */
+CREATE FUNCTION inbox.observe_leaf(p_leaf regclass, p_scopes text[], p_retention interval,
+								   p_idle interval)
+RETURNS TABLE (scope text, observed_until timestamptz, cutoff timestamptz)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+BEGIN
+	-- Scopes seen for the first time, added by the one purger that may
+	-- (see inbox.observe)
+	IF EXISTS (SELECT FROM unnest(p_scopes) AS s(name)
+				WHERE NOT EXISTS (SELECT FROM inbox.scopes AS sc
+								   WHERE sc.scope OPERATOR(pg_catalog.=) s.name COLLATE "C"))
+	   AND inbox.try_create_scopes() THEN
+		INSERT INTO inbox.scopes AS sc (scope)
+		SELECT s.name FROM unnest(p_scopes) AS s(name)
+		ON CONFLICT ON CONSTRAINT scopes_pkey DO NOTHING;
+	END IF;
+
+	RETURN QUERY EXECUTE format(
+		'WITH locked AS ('
+		'  SELECT sc.scope, sc.observed_until, sc.pauses, coalesce(sc.retention, $2) AS retention'
+		'    FROM inbox.scopes AS sc'
+		'   WHERE sc.scope OPERATOR(pg_catalog.=) ANY ($1)'
+		'     FOR UPDATE SKIP LOCKED),'
+		' seen AS ('
+		'  SELECT l.*, n.seen_new, coalesce(n.latest, l.observed_until) AS latest,'
+		'         l.pauses OPERATOR(pg_catalog.||) n.gaps AS all_pauses'
+		'    FROM locked AS l'
+		'   CROSS JOIN LATERAL ('
+		'    SELECT pg_catalog.count(*) AS seen_new, pg_catalog.max(e.received_at) AS latest,'
+		'           coalesce(pg_catalog.array_agg(pg_catalog.tstzrange(e.prev, e.received_at))'
+		'                    FILTER (WHERE (e.received_at OPERATOR(pg_catalog.-) e.prev)'
+		'                                  OPERATOR(pg_catalog.>) $3), ''{}'') AS gaps'
+		'      FROM (SELECT x.received_at,'
+		'                   pg_catalog.lag(x.received_at, 1, l.observed_until)'
+		'                     OVER (ORDER BY x.received_at) AS prev'
+		'              FROM %1$s AS x'
+		'             WHERE x.scope OPERATOR(pg_catalog.=) l.scope'
+		'               AND x.received_at OPERATOR(pg_catalog.>)'
+		'                   coalesce(l.observed_until, ''-infinity'')) AS e) AS n),'
+		' clock AS MATERIALIZED ('
+		'  SELECT s.*, inbox.cutoff(pg_catalog.now(), s.latest, s.all_pauses, s.retention, $3) AS cutoff'
+		'    FROM seen AS s),'
+		' schedule AS MATERIALIZED ('
+		'  SELECT c.*,'
+		'         CASE WHEN c.latest IS NULL THEN NULL'
+		'              WHEN pg_catalog.now() OPERATOR(pg_catalog.>=) (c.latest OPERATOR(pg_catalog.+) $3)'
+		'              THEN c.cutoff'
+		'              ELSE inbox.cutoff(c.latest OPERATOR(pg_catalog.+) $3, c.latest, c.all_pauses,'
+		'                                c.retention, $3) END AS final,'
+		'         c.cutoff IS NOT NULL AND EXISTS ('
+		'           SELECT FROM %1$s AS x'
+		'            WHERE x.scope OPERATOR(pg_catalog.=) c.scope'
+		'              AND x.received_at OPERATOR(pg_catalog.<) c.cutoff'
+		'              AND x.state OPERATOR(pg_catalog.=) ''d''::"char") AS expired,'
+		'         (SELECT pg_catalog.min(x.received_at) FROM %1$s AS x'
+		'           WHERE x.scope OPERATOR(pg_catalog.=) c.scope'
+		'             AND x.received_at OPERATOR(pg_catalog.>=) coalesce(c.cutoff, ''-infinity'')) AS oldest,'
+		'         CASE WHEN c.cutoff IS NULL THEN c.all_pauses'
+		'              ELSE ARRAY(SELECT g FROM pg_catalog.unnest(c.all_pauses) AS g'
+		'                          WHERE pg_catalog.upper(g) OPERATOR(pg_catalog.>=) c.cutoff) END AS kept'
+		'    FROM clock AS c),'
+		' planned AS MATERIALIZED ('
+		'  SELECT s.*,'
+		'         CASE WHEN s.expired THEN ''-infinity''::timestamptz'
+		'              WHEN s.cutoff IS NOT NULL AND EXISTS ('
+		'                SELECT FROM %1$s AS x'
+		'                 WHERE x.scope OPERATOR(pg_catalog.=) s.scope'
+		'                   AND x.received_at OPERATOR(pg_catalog.<) s.cutoff'
+		'                   AND x.state OPERATOR(pg_catalog.<>) ''x''::"char")'
+		'              THEN pg_catalog.now()'
+		'              WHEN s.oldest IS NULL OR s.final IS NULL'
+		'                   OR s.oldest OPERATOR(pg_catalog.>=) s.final THEN ''infinity''::timestamptz'
+		'              ELSE greatest(s.oldest OPERATOR(pg_catalog.+) pg_catalog.make_interval(secs =>'
+		'                              least(pg_catalog.date_part(''epoch'', s.retention), 2147483647)),'
+		'                            pg_catalog.now()) END AS purge_at'
+		'    FROM schedule AS s),'
+		' clocks AS ('
+		'  UPDATE inbox.scopes AS sc'
+		'     SET observed_until = p.latest, pauses = p.kept,'
+		'         retained = sc.retained OPERATOR(pg_catalog.+) p.seen_new'
+		'    FROM planned AS p'
+		'   WHERE sc.scope OPERATOR(pg_catalog.=) p.scope'
+		'     AND (p.seen_new OPERATOR(pg_catalog.>) 0'
+		'          OR p.latest IS DISTINCT FROM sc.observed_until'
+		'          OR p.kept IS DISTINCT FROM sc.pauses)),'
+		' schedules AS ('
+		'  INSERT INTO inbox.scope_schedules AS ss (scope, purge_at, final_cutoff, retention, idle_threshold)'
+		'  SELECT p.scope, p.purge_at, p.final, p.retention, $3'
+		'    FROM planned AS p'
+		'    LEFT JOIN inbox.scope_schedules AS o ON o.scope OPERATOR(pg_catalog.=) p.scope'
+		'   WHERE (o.purge_at, o.final_cutoff, o.retention, o.idle_threshold)'
+		'         IS DISTINCT FROM (p.purge_at, p.final, p.retention, $3)'
+		'  ON CONFLICT ON CONSTRAINT scope_schedules_pkey DO UPDATE'
+		'     SET purge_at = EXCLUDED.purge_at, final_cutoff = EXCLUDED.final_cutoff,'
+		'         retention = EXCLUDED.retention, idle_threshold = EXCLUDED.idle_threshold)'
+		'SELECT p.scope, p.latest, CASE WHEN p.expired THEN p.cutoff END FROM planned AS p', p_leaf)
+		USING p_scopes, p_retention, p_idle;
+END
+$$;
+
+/*
  * inbox.purge_leaf(leaf, scopes, cutoffs, limit): delete at most limit
  * finished entries from one leaf, oldest first, of the given scopes, each
  * received before its scope's cutoff; return the rows deleted per scope.
@@ -1735,6 +1978,9 @@ BEGIN
 	INSERT INTO inbox.scopes AS s (scope, retention)
 	VALUES (inbox_set_retention.scope, inbox_set_retention.retention)
 	ON CONFLICT (scope) DO UPDATE SET retention = EXCLUDED.retention;
+	-- The purge's next pass computes the scope's schedule again
+	UPDATE inbox.scope_schedules AS ss SET purge_at = '-infinity'
+	 WHERE ss.scope OPERATOR(pg_catalog.=) inbox_set_retention.scope COLLATE "C";
 END
 $$;
 
@@ -1798,6 +2044,10 @@ COMMENT ON FUNCTION @extschema@.inbox_purge() IS
 
 REVOKE ALL ON FUNCTION inbox.try_create_scopes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.observe(text, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_due() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.purge_unscheduled(interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.sweep_leaf(regclass) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.observe_leaf(regclass, text[], interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.purge_leaf(regclass, text[], timestamptz[], integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.purge_scope(regclass, text, timestamptz, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_set_retention(text, interval) FROM PUBLIC;
@@ -2200,7 +2450,7 @@ SET search_path = pg_catalog, pg_temp;
 
 /*
  * A scope's oldest and newest entry (two probes of its index), and its
- * number of entries.  Functions rather than subqueries of inbox.scope_state
+ * number of entries.  Functions rather than subqueries of inbox.scope_clock
  * and inbox_stats_reset, and PL/pgSQL rather than SQL: on Citus each is
  * then a query on the scope's shard, which Citus runs, where a correlated
  * aggregate over a distributed table joined to a local one is refused
@@ -2233,33 +2483,51 @@ $$;
 
 /*
  * inbox_stats: one row per scope known to the counters, to the purge or to
- * the deferred mode.  Counters come from shared memory; the clock columns
- * from inbox.scopes and two index probes per scope (its oldest and newest
- * entry); the backlog from the open-messages index.
+ * the deferred mode.  Counters come from shared memory; the retention
+ * state from inbox.scopes (inbox.scope_rows); the clock columns from two
+ * index probes per scope (its oldest and newest entry) and its cutoff
+ * (inbox.scope_clock); the backlog from the open-messages index.
+ *
+ * The view calls inbox.scope_clock in a subquery's select list, which the
+ * planner does not flatten: a query that reads none of the clock columns
+ * (count(*), say) drops the call, and reads inbox.scopes once, whatever
+ * the number of scopes.
  */
-CREATE FUNCTION inbox.scope_state(OUT scope text, OUT retention interval, OUT clock text,
-								  OUT cutoff timestamptz, OUT oldest_entry timestamptz,
-								  OUT purge_lag interval, OUT entries_retained bigint)
+CREATE FUNCTION inbox.scope_rows(OUT scope text, OUT retention interval,
+								 OUT observed_until timestamptz,
+								 OUT pauses pg_catalog.tstzrange[], OUT entries_retained bigint)
 RETURNS SETOF record
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-	SELECT sc.scope, r.retention,
-		   CASE WHEN x.latest IS NULL THEN 'empty'
+	SELECT sc.scope, coalesce(sc.retention, cfg.retention), sc.observed_until, sc.pauses,
+		   sc.retained
+	  FROM inbox.scopes AS sc
+	 CROSS JOIN inbox.settings() AS cfg
+$$;
+
+-- The clock columns of one scope of inbox_stats; none for a scope that
+-- inbox.scopes does not hold (p_scope NULL)
+CREATE FUNCTION inbox.scope_clock(p_scope text, p_observed_until timestamptz,
+								  p_pauses pg_catalog.tstzrange[], p_retention interval,
+								  OUT clock text, OUT cutoff timestamptz,
+								  OUT oldest_entry timestamptz, OUT purge_lag interval)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT CASE WHEN x.latest IS NULL THEN 'empty'
 				WHEN c.cutoff IS NULL THEN 'held'
 				WHEN now() - x.latest > cfg.idle_threshold THEN 'paused'
 				ELSE 'running' END,
 		   c.cutoff, x.oldest,
 		   CASE WHEN x.oldest < c.cutoff THEN c.cutoff - x.oldest
-				ELSE '0'::interval END,
-		   sc.retained
-	  FROM inbox.scopes AS sc
-	 CROSS JOIN inbox.settings() AS cfg
-	 CROSS JOIN LATERAL (SELECT coalesce(sc.retention, cfg.retention) AS retention) AS r
-	 CROSS JOIN LATERAL inbox.scope_span(sc.scope) AS x
-	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, sc.observed_until),
-											 sc.pauses, r.retention, cfg.idle_threshold)
+				ELSE '0'::interval END
+	  FROM inbox.settings() AS cfg
+	 CROSS JOIN LATERAL inbox.scope_span(p_scope) AS x
+	 CROSS JOIN LATERAL (SELECT inbox.cutoff(now(), greatest(x.latest, p_observed_until),
+											 p_pauses, p_retention, cfg.idle_threshold)
 								AS cutoff) AS c
+	 WHERE p_scope IS NOT NULL
 $$;
 
 /*
@@ -2295,20 +2563,27 @@ AS $$
 $$;
 
 CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
-	SELECT scope,
-		   c.claims, c.duplicates, c.mismatches,
-		   c.purged AS rows_purged, c.last_purge,
-		   s.retention, s.clock, s.cutoff, s.oldest_entry, s.purge_lag,
-		   s.entries_retained,
-		   coalesce(b.pending, 0) AS pending,
-		   coalesce(b.processing, 0) AS processing,
-		   coalesce(b.dead, 0) AS dead,
-		   now() - b.oldest_pending AS oldest_pending_age,
-		   c.failures
-	  FROM inbox.scope_counters() AS c
-	  FULL JOIN inbox.scope_state() AS s USING (scope)
-	  FULL JOIN inbox.scope_backlog() AS b USING (scope)
-	 WHERE inbox.scope_visible(scope);
+	SELECT v.scope,
+		   v.claims, v.duplicates, v.mismatches, v.rows_purged, v.last_purge,
+		   v.retention, (v.k).clock, (v.k).cutoff, (v.k).oldest_entry, (v.k).purge_lag,
+		   v.entries_retained, v.pending, v.processing, v.dead, v.oldest_pending_age,
+		   v.failures
+	  FROM (SELECT scope,
+				   c.claims, c.duplicates, c.mismatches,
+				   c.purged AS rows_purged, c.last_purge,
+				   s.retention,
+				   inbox.scope_clock(s.scope, s.observed_until, s.pauses, s.retention) AS k,
+				   s.entries_retained,
+				   coalesce(b.pending, 0) AS pending,
+				   coalesce(b.processing, 0) AS processing,
+				   coalesce(b.dead, 0) AS dead,
+				   now() - b.oldest_pending AS oldest_pending_age,
+				   c.failures
+			  FROM inbox.scope_counters() AS c
+			  FULL JOIN inbox.scope_rows() AS s USING (scope)
+			  FULL JOIN inbox.scope_backlog() AS b USING (scope)
+			OFFSET 0) AS v
+	 WHERE inbox.scope_visible(v.scope);
 
 COMMENT ON VIEW @extschema@.inbox_stats IS
 'per-scope claims, duplicates, mismatches, purge progress and retention clock';

@@ -387,7 +387,7 @@ claim_key(const KeyPlans *kp, KeyStatement kind, Datum *values, const char *null
 
 		if (claim_insert_entry(kp, kind, values, nulls, scope, message_id, payload_hash, true))
 		{
-			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+			inbox_stats_count(scope, INBOX_COUNT_ENTRY);
 			return true;
 		}
 		if (lookup_entry(kp, scope, message_id, &entry))
@@ -465,7 +465,7 @@ inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
 	switch ((InboxDirectResult) direct_call(&c))
 	{
 		case INBOX_DIRECT_WRITTEN:
-			inbox_stats_count(scope, INBOX_COUNT_CLAIM);
+			inbox_stats_count(scope, INBOX_COUNT_ENTRY);
 			*claimed = true;
 			return true;
 		case INBOX_DIRECT_CONFLICT:

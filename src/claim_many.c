@@ -203,7 +203,7 @@ batch_written(Batch *batch, BatchItem *item)
 {
 	item->status = batch->done;
 	item->stored_hash = item->payload_hash;
-	inbox_stats_count(batch->scope, INBOX_COUNT_CLAIM);
+	inbox_stats_count(batch->scope, INBOX_COUNT_ENTRY);
 }
 
 /*

@@ -25,8 +25,9 @@
  *	   the front: a take woken by a commit must find the front that the
  *	   commit lowered, or it would start past the message it was woken for
  *	   and sleep again;
- *	3. stats.c folds the rows a purge removed into the shared counters, or
- *	   drops them with an abort.  Independent of the two others.
+ *	3. stats.c folds the rows a purge removed, the clocks it read and its
+ *	   sweep into shared memory, or drops them with an abort.  Independent
+ *	   of the two others.
  *
  * A prepared transaction ends later, from whichever session runs COMMIT or
  * ROLLBACK PREPARED, maybe after a restart, where nothing was noted: at

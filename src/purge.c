@@ -6,8 +6,8 @@
  *
  * A purge round has two steps:
  *
- *	1. observe: advance every scope's retention clock (inbox.observe) and
- *	   collect the cutoff of each scope that may be purged now;
+ *	1. observe: advance the retention clock of every scope that may need it,
+ *	   and collect the cutoff of each scope that has entries to purge now;
  *	2. for each leaf of inbox.entries, delete at most inbox.purge_batch_size
  *	   expired entries, oldest first, spread over the scopes.
  *
@@ -17,6 +17,58 @@
  * entries in all.  The batch bounds how long a claim can wait for the
  * purge: a claim of an expired key whose deletion is not yet committed
  * waits for the purging transaction, as it would for any other.
+ *
+ * Which scopes step 1 looks at (the SQL of 1.1.0 and later, see
+ * observe_changed): only those that can have changed, so that a pass over
+ * idle scopes costs a few statements whatever their number.  This rests on
+ * what a scope's clock is (sql/inbox.sql, section 7): the scope's
+ * observed_until L, its pauses P, its retention R and inbox.idle_threshold
+ * I, from which inbox.cutoff computes the cutoff at time T.
+ *
+ *	- The clock is a function of the scope's entries alone: its pauses are
+ *	  the gaps between their received_at, and the gap between L and the
+ *	  next entry.  When the purge reads them changes nothing it learns.
+ *	- With no entry after L, the cutoff never decreases as T grows, and
+ *	  from T = L + I on it no longer moves (the clock has paused): it is
+ *	  the scope's final cutoff.  And it is never later than T - R: the
+ *	  clock counts at most the time that passed.
+ *	- Entries after L that the purge has not read yet can only make the
+ *	  clock count more active time, never less: up to L + I the clock runs
+ *	  whether or not they exist, and after it they turn paused time into
+ *	  active time.  The one exception is a new gap longer than the
+ *	  retention (rule 3), which holds the purge; but a purge that had read
+ *	  the entries up to just before that gap ended had a cutoff at least
+ *	  as late, and would have purged as much then.  So a clock read late
+ *	  never purges an entry that one read on time would still keep.
+ *
+ * So a scope needs looking at only when
+ *
+ *	- it received entries the purge has not read: the claim that wrote them
+ *	  left a hint in shared memory (stats.c), which the purge clears by
+ *	  reading the entries;
+ *	- time alone may have made an entry expire: its schedule
+ *	  (inbox.scope_schedules) holds the earliest time its cutoff can pass
+ *	  its oldest entry if nothing new arrives (at least that entry's
+ *	  received_at plus R; never, once the final cutoff is behind it), and
+ *	  comes at every pass while a pending or processing message is past
+ *	  the cutoff, which may complete;
+ *	- its retention override changed (inbox_set_retention brings its
+ *	  schedule forward);
+ *	- the retention or idle threshold in force is not the one its schedule
+ *	  was computed with, or it has no schedule yet.
+ *
+ * Every pass reads the hints and the index of the schedules that have
+ * come.  A sweep looks at every scope of a leaf for what nothing else
+ * shows (entries written other than by a claim, or with a received_at
+ * behind the clock; a dead letter put back; scopes beyond
+ * inbox.max_scopes, claims before a restart): the leaf's scopes by a skip
+ * scan, with an index probe each for their newest and oldest entries.  A
+ * full pass sweeps every leaf, and also reads the scopes without a
+ * schedule for the settings in force: every pass without the preload;
+ * with it, the first pass after a start or an inbox_stats_reset, and the
+ * first after the settings changed.  Otherwise the leaves are swept one at
+ * a time, at the first pass PURGE_SWEEP_INTERVAL_S / INBOX_LEAVES seconds
+ * after the last sweep: each leaf about every PURGE_SWEEP_INTERVAL_S.
  *
  * Two purgers never fight: each leaf is taken with a try-lock, and each
  * scope's clock row with SKIP LOCKED, so the loser skips rather than
@@ -54,6 +106,7 @@
 #include "compat.h"
 #include "distributed.h"
 #include "inbox.h"
+#include "keys.h"
 #include "purge.h"
 #include "spi.h"
 #include "stats.h"
@@ -84,6 +137,18 @@ static bool defining = false;
 
 static int	purge_batch_size = 10000;
 static int	purge_lock_timeout = 200;	/* milliseconds */
+
+/* The SQL that keeps each scope's purge schedule (see the banner) */
+#define PURGE_SCHEDULE_SINCE	"1.1.0"
+
+/*
+ * About the longest time between two sweeps of a scope with the preload
+ * (see the banner): what the purge may take to learn of what neither a
+ * hint nor a schedule shows.  A sweep probes the index of every scope of
+ * a leaf, so the leaves are swept one at a time: no pass does much more
+ * than another.
+ */
+#define PURGE_SWEEP_INTERVAL_S	300
 
 /*
  * Parse a duration in seconds: a number with an optional unit, as integer
@@ -333,6 +398,7 @@ collect_targets(List *targets, MemoryContext cxt)
 		target = palloc(sizeof(PurgeTarget));
 		target->scope = pstrdup(scope);
 		target->cutoff = DatumGetTimestampTz(cutoff);
+		target->leaf = InvalidOid;
 		targets = lappend(targets, target);
 		MemoryContextSwitchTo(oldcxt);
 	}
@@ -377,23 +443,202 @@ observe_distributed(Datum *settings, MemoryContext cxt)
 }
 
 /*
- * Step 1: observe every scope; return the PurgeTargets, allocated in cxt,
- * of the scopes that have a cutoff now.
+ * Add each scope of the last SPI query's first column to the list of its
+ * leaf, or of leaf if it is not -1
+ */
+static void
+add_scopes(List **by_leaf, int leaf)
+{
+	uint64		i;
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+		text	   *scope;
+		int			k;
+
+		if (isnull)
+			continue;
+		scope = DatumGetTextPP(d);
+		k = leaf >= 0 ? leaf : inbox_scope_leaf(scope);
+		by_leaf[k] = lappend(by_leaf[k], text_to_cstring(scope));
+	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+static int
+compare_scopes(const ListCell *a, const ListCell *b)
+{
+	return strcmp((const char *) lfirst(a), (const char *) lfirst(b));
+}
+
+/*
+ * Observe the scopes of one leaf (inbox.observe_leaf), each once; note
+ * how far each clock has read for the hints, and append the scopes with
+ * something to purge now to targets, in cxt.  *wanted and *observed count
+ * the scopes asked for and those observed (the others were held by
+ * another purger).
+ */
+static List *
+observe_leaf(List *targets, Oid leaf, List *scopes, Datum *settings,
+			 MemoryContext cxt, int64 *wanted, int64 *observed)
+{
+	Oid			types[4] = {REGCLASSOID, TEXTARRAYOID, INTERVALOID, INTERVALOID};
+	Datum		values[4];
+	Datum	   *elems = palloc(sizeof(Datum) * list_length(scopes));
+	const char *prev = NULL;
+	int			n = 0;
+	uint64		i;
+	ListCell   *lc;
+
+	list_sort(scopes, compare_scopes);
+	foreach(lc, scopes)
+	{
+		if (prev == NULL || strcmp(prev, lfirst(lc)) != 0)
+			elems[n++] = CStringGetTextDatum(lfirst(lc));
+		prev = lfirst(lc);
+	}
+	values[0] = ObjectIdGetDatum(leaf);
+	values[1] = PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = settings[0];
+	values[3] = settings[1];
+	(void) inbox_execute("SELECT scope, observed_until, cutoff "
+						 "FROM inbox.observe_leaf($1, $2, $3, $4)",
+						 4, types, values, NULL, SPI_OK_SELECT);
+	*wanted += n;
+	*observed += SPI_processed;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	tupdesc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		char	   *scope = TextDatumGetCString(SPI_getbinval(tuple, tupdesc, 1, &isnull));
+		Datum		until = SPI_getbinval(tuple, tupdesc, 2, &isnull);
+		Datum		cutoff;
+
+		if (!isnull)
+			inbox_stats_observed(scope, DatumGetTimestampTz(until));
+		cutoff = SPI_getbinval(tuple, tupdesc, 3, &isnull);
+		if (!isnull)
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+			PurgeTarget *target = palloc(sizeof(PurgeTarget));
+
+			target->scope = pstrdup(scope);
+			target->cutoff = DatumGetTimestampTz(cutoff);
+			target->leaf = leaf;
+			targets = lappend(targets, target);
+			MemoryContextSwitchTo(oldcxt);
+		}
+	}
+	SPI_freetuptable(SPI_tuptable);
+	return targets;
+}
+
+/*
+ * Step 1 by the SQL of PURGE_SCHEDULE_SINCE and later: observe only the
+ * scopes that can have changed (see the banner), in a number of
+ * statements that does not depend on the number of scopes.  Every pass
+ * reads the hints and the schedules that have come (an index range).  A
+ * pass that sweeps also reads the scopes without a schedule for the
+ * settings in force (a full pass, and the first leaf of a round), and
+ * sweeps its leaves before it observes anything.  A sweep counts only once
+ * every scope it found was observed: one that another purger held may
+ * hide what only a sweep finds, and the next pass sweeps again.
+ */
+static List *
+observe_changed(Datum *settings, int retention_s, int idle_s, MemoryContext cxt)
+{
+	Oid			types[2] = {INTERVALOID, INTERVALOID};
+	Oid			leaves[INBOX_LEAVES];
+	List	   *by_leaf[INBOX_LEAVES];
+	List	   *targets = NIL;
+	TimestampTz started = GetCurrentTimestamp();
+	int			leaf = 0;
+	InboxSweep	sweep = inbox_stats_sweep_due(PURGE_SWEEP_INTERVAL_S / INBOX_LEAVES,
+											  retention_s, idle_s, &leaf);
+	int64		wanted = 0;
+	int64		observed = 0;
+	ListCell   *lc;
+	int			k;
+
+	memset(by_leaf, 0, sizeof(by_leaf));
+	for (k = 0; k < INBOX_LEAVES; k++)
+	{
+		char		name[NAMEDATALEN];
+
+		snprintf(name, sizeof(name), "entries_p%d", k);
+		leaves[k] = inbox_relid(name);
+		if (!OidIsValid(leaves[k]))
+			elog(ERROR, "inbox.%s does not exist", name);
+	}
+
+	/* Entries claimed since the purge last read their scope (stats.c) */
+	foreach(lc, inbox_stats_unobserved(CurrentMemoryContext))
+	{
+		k = inbox_scope_leaf(cstring_to_text(lfirst(lc)));
+		by_leaf[k] = lappend(by_leaf[k], lfirst(lc));
+	}
+
+	(void) inbox_execute("SELECT s FROM inbox.purge_due() AS s",
+						 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	add_scopes(by_leaf, -1);
+
+	if (sweep == INBOX_SWEEP_ALL || (sweep == INBOX_SWEEP_LEAF && leaf == 0))
+	{
+		(void) inbox_execute("SELECT s FROM inbox.purge_unscheduled($1, $2) AS s",
+							 2, types, settings, NULL, SPI_OK_SELECT);
+		add_scopes(by_leaf, -1);
+	}
+	for (k = 0; k < INBOX_LEAVES; k++)
+	{
+		Oid			leaftype[1] = {REGCLASSOID};
+		Datum		leafvalue[1];
+
+		if (sweep == INBOX_SWEEP_NONE || (sweep == INBOX_SWEEP_LEAF && k != leaf))
+			continue;
+		leafvalue[0] = ObjectIdGetDatum(leaves[k]);
+		(void) inbox_execute("SELECT s FROM inbox.sweep_leaf($1) AS s",
+							 1, leaftype, leafvalue, NULL, SPI_OK_SELECT);
+		add_scopes(by_leaf, k);
+	}
+
+	for (k = 0; k < INBOX_LEAVES; k++)
+	{
+		if (by_leaf[k] != NIL)
+			targets = observe_leaf(targets, leaves[k], by_leaf[k], settings, cxt,
+								   &wanted, &observed);
+	}
+
+	if (sweep != INBOX_SWEEP_NONE && observed == wanted)
+		inbox_stats_swept(started, retention_s, idle_s,
+						  sweep == INBOX_SWEEP_ALL ? 0 : (leaf + 1) % INBOX_LEAVES);
+	return targets;
+}
+
+/*
+ * Step 1: observe the scopes that may need it; return the PurgeTargets,
+ * allocated in cxt, of the scopes with something to purge now.
  */
 List *
 inbox_purge_observe(MemoryContext cxt)
 {
 	Oid			types[2] = {INTERVALOID, INTERVALOID};
 	Datum		values[2];
+	int			retention_s = duration_seconds("inbox.retention", retention_string,
+											   &retention);
+	int			idle_s = duration_seconds("inbox.idle_threshold", idle_threshold_string,
+										  &idle_threshold);
 
-	values[0] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.retention",
-																	 retention_string,
-																	 &retention)));
-	values[1] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.idle_threshold",
-																	 idle_threshold_string,
-																	 &idle_threshold)));
+	values[0] = IntervalPGetDatum(seconds_interval(retention_s));
+	values[1] = IntervalPGetDatum(seconds_interval(idle_s));
 	if (inbox_entries_distributed())
 		return observe_distributed(values, cxt);
+	if (!inbox_sql_older_than(PURGE_SCHEDULE_SINCE))
+		return observe_changed(values, retention_s, idle_s, cxt);
+
+	/* The SQL of 0.4.0 and 1.0.0: every scope, one inbox.observe each */
 	(void) inbox_spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
 									"FROM inbox.scope_list() AS s",
 									2, types, values, NULL, false, 0),
@@ -491,10 +736,15 @@ purge_leaf_at_once(Oid leaf, List *targets, int limit, bool *more)
 	{
 		PurgeTarget *target = (PurgeTarget *) lfirst(lc);
 
+		if (OidIsValid(target->leaf) && target->leaf != leaf)
+			continue;			/* its entries are in another leaf */
 		scopes[k] = CStringGetTextDatum(target->scope);
 		cutoffs[k] = TimestampTzGetDatum(target->cutoff);
 		k++;
 	}
+	if (k == 0)
+		return 0;
+	n = k;
 	values[0] = ObjectIdGetDatum(leaf);
 	values[1] = PointerGetDatum(construct_array(scopes, n, TEXTOID, -1, false, TYPALIGN_INT));
 	values[2] = PointerGetDatum(construct_array(cutoffs, n, TIMESTAMPTZOID, sizeof(TimestampTz),

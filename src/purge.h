@@ -20,6 +20,7 @@ typedef struct PurgeTarget
 {
 	char	   *scope;
 	TimestampTz cutoff;
+	Oid			leaf;			/* the leaf of its entries; InvalidOid: unknown */
 } PurgeTarget;
 
 extern void purge_init(void);

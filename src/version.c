@@ -135,3 +135,29 @@ inbox_sql_served(const char *version)
 		strcmp(version, INBOX_CURRENT_SQL_SINCE) == 0 ||
 		strcmp(version, INBOX_LIBRARY_VERSION) == 0;
 }
+
+/*
+ * Is the SQL installed in this database older than version (major.minor.
+ * patch)?  For the features whose steps call SQL functions that a later
+ * version added: a database not yet updated is served the way its own
+ * release served it.  False when the extension is not installed.
+ */
+bool
+inbox_sql_older_than(const char *version)
+{
+	const char *installed = inbox_sql_version();
+	int			a[3] = {0, 0, 0};
+	int			b[3] = {0, 0, 0};
+	int			i;
+
+	if (installed == NULL)
+		return false;
+	(void) sscanf(installed, "%d.%d.%d", &a[0], &a[1], &a[2]);
+	(void) sscanf(version, "%d.%d.%d", &b[0], &b[1], &b[2]);
+	for (i = 0; i < 3; i++)
+	{
+		if (a[i] != b[i])
+			return a[i] < b[i];
+	}
+	return false;
+}

@@ -32,5 +32,6 @@ extern void version_init(void);
 extern char *inbox_sql_version(void);
 extern void inbox_require_previous_sql(void);
 extern bool inbox_sql_served(const char *version);
+extern bool inbox_sql_older_than(const char *version);
 
 #endif							/* INBOX_VERSION_H */
