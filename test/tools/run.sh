@@ -209,7 +209,23 @@ case "$mode" in
 		as_runner env PATH="$bindir:$PATH" bash "$work/test/demo/demo.sh"
 		;;
 	bench)
-		as_runner env PATH="$bindir:$PATH" bash "$work/test/bench/bench.sh" "${@:2}"
+		# The last release, built into a private copy of the server, for
+		# test/bench/versus.sh to run beside the new build
+		release=${BENCH_BASELINE:-v1.0.0}
+		baseline_bindir='' baseline_why=''
+		if [ "${BENCH_SKIP_VERSUS:-0}" = 0 ] && [ "${BENCH_SKIP_CLAIMS:-0}" = 0 ]; then
+			baseline=$(mktemp -d "${TMPDIR:-/tmp}/inbox-release.XXXXXX")
+			trap 'rm -rf "$work" "$baseline"' EXIT
+			[ "$work" = "$top" ] && trap 'rm -rf "$baseline"' EXIT
+			if baseline_bindir=$(bash "$top/test/tools/baseline.sh" "$release" "$baseline" 2>"$baseline/why"); then
+				[ "$(id -u)" -eq 0 ] && chown -R "$runner" "$baseline"
+			else
+				baseline_bindir='' baseline_why="$release could not be built: $(tail -n 1 "$baseline/why")"
+			fi
+		fi
+		as_runner env PATH="$bindir:$PATH" BENCH_BASELINE_BINDIR="$baseline_bindir" \
+			BENCH_BASELINE_NAME="$release" BENCH_BASELINE_WHY="$baseline_why" \
+			bash "$work/test/bench/bench.sh" "${@:2}"
 		;;
 	*)
 		echo "usage: test/tools/run.sh test|demo|bench" >&2

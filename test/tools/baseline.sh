@@ -1,0 +1,53 @@
+#!/bin/bash
+#-------------------------------------------------------------------------
+#
+# baseline.sh REV DEST
+#	  A private copy of the PostgreSQL that PG_CONFIG names, with the
+#	  extension as it was at the git revision REV (a release tag) installed
+#	  in it instead of the work tree's: what test/bench/versus.sh runs
+#	  beside the new build.  Prints the copy's bindir.
+#
+# The copy holds the server's bindir, pkglibdir and sharedir at the same
+# paths under DEST, so the relocatable server finds its library and
+# extension files there; nothing outside DEST is written.  REV is built
+# from git archive, against the same server headers as the new build.
+# Fails, with one line on stderr, where REV is not in this clone.
+#
+# test/tools/baseline.sh
+#
+#-------------------------------------------------------------------------
+set -euo pipefail
+
+rev=$1
+dest=$2
+top=$(cd "$(dirname "$0")/../.." && pwd)
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+
+if ! git -C "$top" -c safe.directory='*' rev-parse -q --verify "$rev^{commit}" >/dev/null 2>&1; then
+	echo "baseline.sh: $rev is not in this clone (git fetch --tags, or a clone rather than an archive)" >&2
+	exit 1
+fi
+
+bindir=$("$PG_CONFIG" --bindir)
+pkglibdir=$("$PG_CONFIG" --pkglibdir)
+sharedir=$("$PG_CONFIG" --sharedir)
+
+mkdir -p "$dest/src" "$dest/stage"
+git -C "$top" -c safe.directory='*' archive "$rev" | tar -xf - -C "$dest/src"
+make -C "$dest/src" -s PG_CONFIG="$PG_CONFIG" all >"$dest/build.log" 2>&1 || {
+	tail -n 20 "$dest/build.log" >&2
+	echo "baseline.sh: $rev does not build" >&2
+	exit 1
+}
+make -C "$dest/src" -s PG_CONFIG="$PG_CONFIG" DESTDIR="$dest/stage" install >>"$dest/build.log" 2>&1
+
+for d in "$bindir" "$pkglibdir" "$sharedir"; do
+	mkdir -p "$dest/root$d"
+	cp -a "$d/." "$dest/root$d/"
+done
+# Only REV's files of the extension, none of the new build's
+rm -f "$dest/root$pkglibdir"/inbox.so "$dest/root$sharedir"/extension/inbox.control \
+	"$dest/root$sharedir"/extension/inbox--*.sql
+cp -a "$dest/stage/." "$dest/root/"
+rm -rf "$dest/src" "$dest/stage"
+echo "$dest/root$bindir"
