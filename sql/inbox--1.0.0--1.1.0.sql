@@ -5,13 +5,16 @@
  * and the view inbox_bundles, and enforces the documented ranges of the
  * durations, of inbox_set_max_attempts and of inbox_set_retention in the
  * functions written in SQL (the C ones enforce them for 1.0.0's SQL too).
- * The library serves the SQL of 1.0.0 and 1.1.0 through the same entry
- * points; 1.1.0 binds one more, inbox.check_duration's.  And the purge
- * keeps a schedule per scope, so that a pass looks only at the scopes that
- * can have changed (inbox.scope_schedules, inbox.purge_due,
+ * The purge keeps a schedule per scope, so that a pass looks only at the
+ * scopes that can have changed (inbox.scope_schedules, inbox.purge_due,
  * inbox.sweep_leaf, inbox.observe_leaf), and counting the rows of
  * inbox_stats no longer probes each scope's entries; the library purges a
- * database at 1.0.0 as 1.0.0 did, until it is updated.
+ * database at 1.0.0 as 1.0.0 did, until it is updated.  On the coordinator
+ * of a distributed inbox, inbox_stats counts the calls of every node, and
+ * resets them on every node.  The library serves the SQL of 1.0.0 and
+ * 1.1.0 through the same entry points; 1.1.0 binds three more:
+ * inbox.check_duration's, and those of inbox.scope_counters and
+ * inbox.forget_counters.
  */
 
 -- complain if the script is sourced in psql rather than via ALTER EXTENSION
@@ -810,3 +813,46 @@ CREATE OR REPLACE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 	 WHERE inbox.scope_visible(v.scope);
 
 DROP FUNCTION inbox.scope_state();
+
+/* ------------------------------------------------------------------------
+ * The counters of the whole cluster
+ *
+ * Each node counts the calls it runs, and on Citus a delegated call runs
+ * on the worker that holds its scope.  inbox.node_counters and
+ * inbox.forget_node_counters are this node's, as inbox.scope_counters and
+ * inbox.forget_counters were; these two now sum and forget over every
+ * node on the coordinator of a distributed inbox (src/distributed.c), and
+ * stay this node's everywhere else.  The functions are those of
+ * inbox.sql, word for word.
+ * ------------------------------------------------------------------------ */
+
+CREATE FUNCTION inbox.forget_node_counters(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION inbox.forget_counters(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_cluster_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.node_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
+									OUT mismatches bigint, OUT purged bigint,
+									OUT last_purge timestamptz, OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
+									 OUT mismatches bigint, OUT purged bigint,
+									 OUT last_purge timestamptz, OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_cluster_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION inbox.forget_node_counters(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.node_counters() FROM PUBLIC;

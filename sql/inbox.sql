@@ -301,10 +301,18 @@ LANGUAGE C IMMUTABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 
 -- Drop the shared-memory counters (src/stats.c) of one scope, or of every
--- scope when NULL
-CREATE FUNCTION inbox.forget_counters(scope text)
+-- scope when NULL: on this node (forget_node_counters), or, through
+-- forget_counters, on every node when this is the coordinator of a
+-- distributed inbox (section 9)
+CREATE FUNCTION inbox.forget_node_counters(scope text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'inbox_forget_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.forget_counters(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_forget_cluster_counters'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
@@ -346,6 +354,7 @@ CREATE EVENT TRIGGER inbox_guard_drop ON ddl_command_start
 	EXECUTE FUNCTION inbox.guard_drop();
 
 REVOKE ALL ON FUNCTION inbox.scope_grants_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.forget_node_counters(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.forget_counters(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.guard_drop() FROM PUBLIC;
 
@@ -2439,12 +2448,29 @@ REVOKE ALL ON TABLE @extschema@.inbox_bundles FROM PUBLIC;
  * inbox.scope_visible (section 1), and are security barriers.
  */
 
--- The shared-memory counters (src/stats.c), one row per scope
+/*
+ * The shared-memory counters (src/stats.c), one row per scope.  Each node
+ * counts the calls it runs, and on Citus a delegated call runs on the
+ * worker that holds its scope: node_counters() are this node's;
+ * scope_counters(), behind inbox_stats, are the same everywhere but on the
+ * coordinator of a distributed inbox, where they are summed per scope over
+ * the coordinator and every active primary worker, whose node_counters()
+ * it reads over a connection to each, as the extension's owner
+ * (src/distributed.c).
+ */
+CREATE FUNCTION inbox.node_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
+									OUT mismatches bigint, OUT purged bigint,
+									OUT last_purge timestamptz, OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT duplicates bigint,
 									 OUT mismatches bigint, OUT purged bigint,
 									 OUT last_purge timestamptz, OUT failures bigint)
 RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'inbox_counters_1_0'
+AS 'MODULE_PATHNAME', 'inbox_cluster_counters'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
@@ -2633,6 +2659,7 @@ $$;
 COMMENT ON FUNCTION @extschema@.inbox_stats_reset() IS
 'reset this database''s counters, and recount the entries retained per scope';
 
+REVOKE ALL ON FUNCTION inbox.node_counters() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_span(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.scope_size(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_stats_reset() FROM PUBLIC;

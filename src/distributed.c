@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * distributed.c
- *	  Whether inbox.entries is a table distributed by Citus, and the one
- *	  list of what the extension refuses to do on such a table, and why.
+ *	  Whether inbox.entries is a table distributed by Citus, the one list
+ *	  of what the extension refuses to do on such a table, and why, and
+ *	  the counters of the whole cluster, read and forgotten on every node.
  *
  * On Citus, inbox.entries may be distributed by scope and co-located with
  * the business tables (docs/scale-out.md).  Each statement of the
@@ -30,16 +31,23 @@
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "funcapi.h"
+#include "miscadmin.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parsetree.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "distributed.h"
 #include "inbox.h"
@@ -377,4 +385,216 @@ inbox_guard_planned_query(Query *parse)
 		calls_delegated_function((Node *) parse, NULL) &&
 		!inbox_citus_worker_node())
 		inbox_refuse_if_distributed(INBOX_REFUSE_SESSION_SETTING);
+}
+
+/* ------------------------------------------------------------------------
+ * The counters of the whole cluster
+ *
+ * The counters behind inbox_stats (stats.c) live in each node's shared
+ * memory, and a call is counted where it runs: a delegated claim on the
+ * worker that holds its scope; a receive, a failure, a stream claim or a
+ * purge on the coordinator.  On the coordinator of a distributed inbox,
+ * inbox.scope_counters() therefore sums, per scope, this node's counters
+ * and those of every active primary worker, which inbox.node_counters()
+ * reads there; and inbox.forget_counters() (inbox_stats_reset,
+ * inbox_drop_scope) forgets on every worker too.  Citus's
+ * master_run_on_worker reaches each worker over a connection of its own,
+ * as the extension's owner (the role querying inbox_stats has no access to
+ * schema inbox).  A worker that does not answer is an error, never a
+ * smaller count.  Everywhere else, on one node and on a worker, both are
+ * this node's alone, after the cached test above.
+ *
+ * stats.c is a layer above this file: _PG_init hands over its functions.
+ * ------------------------------------------------------------------------
+ */
+static InboxReadCounters read_node_counters = NULL;
+static InboxForgetCounters forget_node_counters = NULL;
+
+PG_FUNCTION_INFO_V1(inbox_cluster_counters);
+PG_FUNCTION_INFO_V1(inbox_forget_cluster_counters);
+
+void
+distributed_init(InboxReadCounters read, InboxForgetCounters forget)
+{
+	read_node_counters = read;
+	forget_node_counters = forget;
+}
+
+/*
+ * $1 run on every active primary worker of this cluster (the coordinator's
+ * group is 0), in parallel: one row per worker.  Without workers, the
+ * arrays are NULL and the function, strict, returns no row.
+ */
+static const char *const run_on_workers_sql =
+"SELECT w.node_name, w.node_port, w.success, w.result"
+"  FROM (SELECT pg_catalog.array_agg(n.nodename ORDER BY n.nodeid) AS names,"
+"               pg_catalog.array_agg(n.nodeport ORDER BY n.nodeid) AS ports,"
+"               pg_catalog.array_agg($1 ORDER BY n.nodeid) AS commands"
+"          FROM pg_catalog.pg_dist_node AS n"
+"         WHERE n.groupid OPERATOR(pg_catalog.<>) 0 AND n.isactive"
+"           AND n.noderole OPERATOR(pg_catalog.=) 'primary'"
+"           AND n.nodecluster OPERATOR(pg_catalog.=) pg_catalog.current_setting('citus.cluster_name')) AS l"
+" CROSS JOIN LATERAL pg_catalog.master_run_on_worker(l.names, l.ports, l.commands, true) AS w";
+
+/* What a worker returns: its counters, as a JSON array of rows */
+static const char *const node_counters_command =
+"SELECT COALESCE(pg_catalog.json_agg(c), '[]')::pg_catalog.text FROM inbox.node_counters() AS c";
+
+/* This node's counters and the workers' ($1), summed per scope */
+static const char *const sum_counters_sql =
+"SELECT c.scope, pg_catalog.sum(c.claims)::pg_catalog.int8, pg_catalog.sum(c.duplicates)::pg_catalog.int8,"
+"       pg_catalog.sum(c.mismatches)::pg_catalog.int8, pg_catalog.sum(c.purged)::pg_catalog.int8,"
+"       pg_catalog.max(c.last_purge), pg_catalog.sum(c.failures)::pg_catalog.int8"
+"  FROM (SELECT n.scope, n.claims, n.duplicates, n.mismatches, n.purged, n.last_purge, n.failures"
+"          FROM inbox.node_counters() AS n"
+"        UNION ALL"
+"        SELECT x.scope, x.claims, x.duplicates, x.mismatches, x.purged, x.last_purge, x.failures"
+"          FROM pg_catalog.unnest($1) AS r(counters),"
+"               pg_catalog.json_to_recordset(r.counters::pg_catalog.json)"
+"                 AS x(scope pg_catalog.text, claims pg_catalog.int8, duplicates pg_catalog.int8,"
+"                      mismatches pg_catalog.int8, purged pg_catalog.int8,"
+"                      last_purge pg_catalog.timestamptz, failures pg_catalog.int8)) AS c"
+" GROUP BY c.scope";
+
+/* True on the coordinator (or a node with its role) of a distributed inbox */
+static bool
+sums_the_cluster(void)
+{
+	return inbox_entries_distributed() && !inbox_citus_worker_node();
+}
+
+typedef struct AsEntriesOwner
+{
+	Oid			save_userid;
+	int			save_sec_context;
+} AsEntriesOwner;
+
+/*
+ * Become the owner of inbox.entries, the extension's owner, for the
+ * connections to the workers, in an SPI connection; an error restores the
+ * role by the transaction's abort.
+ */
+static void
+as_entries_owner_begin(AsEntriesOwner *as)
+{
+	HeapTuple	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(inbox_relid("entries")));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for table inbox.entries");
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	GetUserIdAndSecContext(&as->save_userid, &as->save_sec_context);
+	SetUserIdAndSecContext(owner, as->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	inbox_spi_connect();
+}
+
+static void
+as_entries_owner_end(AsEntriesOwner *as)
+{
+	SPI_finish();
+	SetUserIdAndSecContext(as->save_userid, as->save_sec_context);
+}
+
+/*
+ * Run command on every worker, inside as_entries_owner_begin/_end; raise
+ * if one of them fails.  Returns their results, a text[] in SPI's memory.
+ */
+static Datum
+run_on_workers(const char *command, const char *what)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(command)};
+	uint64		n = inbox_execute(run_on_workers_sql, 1, argtypes, values, NULL, SPI_OK_SELECT);
+	Datum	   *results = palloc(sizeof(Datum) * (n > 0 ? n : 1));
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *result = SPI_getvalue(tuple, desc, 4);
+		bool		isnull;
+
+		if (!DatumGetBool(SPI_getbinval(tuple, desc, 3, &isnull)))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("inbox could not %s on Citus worker %s:%s",
+							what, SPI_getvalue(tuple, desc, 1), SPI_getvalue(tuple, desc, 2)),
+					 errdetail("%s", result != NULL ? result : "The worker gave no reason."),
+					 errhint("Every active worker must be reachable from the coordinator, as the "
+							 "extension's owner, with the extension at the coordinator's version.")));
+		results[i] = CStringGetTextDatum(result != NULL ? result : "");
+	}
+	return PointerGetDatum(construct_array(results, (int) n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* The cluster's counters, per scope, into the caller's result set */
+static void
+sum_cluster_counters(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	AsEntriesOwner as;
+	Oid			argtypes[1] = {TEXTARRAYOID};
+	Datum		values[1];
+	uint64		n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != 7)
+		elog(ERROR, "inbox counters: the function must return 7 columns");
+
+	as_entries_owner_begin(&as);
+	values[0] = run_on_workers(node_counters_command, "read the counters");
+	n = inbox_execute(sum_counters_sql, 1, argtypes, values, NULL, SPI_OK_SELECT);
+	for (uint64 i = 0; i < n; i++)
+	{
+		Datum		row[7];
+		bool		nulls[7];
+
+		for (int col = 0; col < 7; col++)
+			row[col] = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, col + 1,
+									 &nulls[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
+	}
+	as_entries_owner_end(&as);
+}
+
+/*
+ * inbox.scope_counters() -> SETOF (scope, claims, ..., failures): the
+ * counters inbox_stats shows, those of the whole cluster on the
+ * coordinator of a distributed inbox, else this node's.
+ */
+Datum
+inbox_cluster_counters(PG_FUNCTION_ARGS)
+{
+	Assert(read_node_counters != NULL);
+	if (sums_the_cluster())
+		sum_cluster_counters(fcinfo);
+	else
+		read_node_counters(fcinfo);
+	return (Datum) 0;
+}
+
+/*
+ * inbox.forget_counters(scope text) -> void: forget the counters of one
+ * scope of this database, or of all its scopes when NULL; on the
+ * coordinator of a distributed inbox, on every worker too.
+ */
+Datum
+inbox_forget_cluster_counters(PG_FUNCTION_ARGS)
+{
+	const char *scope = PG_ARGISNULL(0) ? NULL : TextDatumGetCString(PG_GETARG_DATUM(0));
+
+	Assert(forget_node_counters != NULL);
+	forget_node_counters(MyDatabaseId, scope);
+	if (sums_the_cluster())
+	{
+		AsEntriesOwner as;
+
+		as_entries_owner_begin(&as);
+		(void) run_on_workers(psprintf("SELECT inbox.forget_node_counters(%s)",
+									   scope != NULL ? quote_literal_cstr(scope) : "NULL"),
+							  "forget the counters");
+		as_entries_owner_end(&as);
+	}
+	PG_RETURN_VOID();
 }

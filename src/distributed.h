@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * distributed.h
- *	  Whether inbox.entries is distributed by Citus, and the refusals of
- *	  what cannot run on it.
+ *	  Whether inbox.entries is distributed by Citus, the refusals of what
+ *	  cannot run on it, and the counters of the whole cluster.
  *
  * src/distributed.h
  *
@@ -11,6 +11,7 @@
 #ifndef INBOX_DISTRIBUTED_H
 #define INBOX_DISTRIBUTED_H
 
+#include "fmgr.h"
 #include "nodes/parsenodes.h"
 
 typedef enum InboxRefusal
@@ -27,5 +28,15 @@ extern void inbox_refuse_if_distributed(InboxRefusal which);
 extern bool inbox_citus_worker_node(void);
 extern bool inbox_citus_installed(void);
 extern void inbox_guard_planned_query(Query *parse);
+
+/*
+ * This node's counters (stats.c, a layer above), handed over by _PG_init:
+ * how to read them into a function's result set, and how to forget those
+ * of one scope (or all, for NULL) of a database.
+ */
+typedef void (*InboxReadCounters) (FunctionCallInfo fcinfo);
+typedef void (*InboxForgetCounters) (Oid dbid, const char *scope);
+
+extern void distributed_init(InboxReadCounters read, InboxForgetCounters forget);
 
 #endif							/* INBOX_DISTRIBUTED_H */

@@ -117,6 +117,9 @@ _PG_init(void)
 	stats_init();				/* inbox.max_scopes, with the preload only */
 	worker_init();				/* purge_naptime and _enabled; the launcher */
 
+	/* The counters a coordinator sums over the workers read this node's */
+	distributed_init(inbox_stats_materialize, inbox_stats_forget);
+
 	/* The hooks of every backend that loads the library */
 	RegisterXactCallback(events_xact_callback, NULL);
 	RegisterSubXactCallback(events_subxact_callback, NULL);

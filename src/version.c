@@ -13,8 +13,9 @@
  * them as 0.4.0's library does, so claims never break in between.  The
  * symbol says which SQL called; nothing is guessed from the shape of the
  * tables.  A version that only adds SQL objects binds the same symbols as
- * the one before it (1.1.0 binds 1.0.0's, and inbox_check_duration_sql
- * besides, which nothing of 1.0.0 calls), and inbox_sql_served() lists
+ * the one before it (1.1.0 binds 1.0.0's, and inbox_check_duration_sql,
+ * inbox_cluster_counters and inbox_forget_cluster_counters besides, which
+ * nothing of 1.0.0 calls), and inbox_sql_served() lists
  * every version this library serves.
  *
  * The SQL of older versions (0.1.0 to 0.3.0, never released) binds the

@@ -33,6 +33,9 @@
 #     crash Citus 13.2 (the server must stay up);
 #   - retention by inbox_purge() and by the purge worker (on the
 #     coordinator only), forget, statistics read by an operator;
+#   - the counters in inbox_stats on the coordinator: each node's, summed
+#     per scope (claims and duplicates exact, whichever node counted
+#     them); inbox_stats_reset clears them on every node;
 #   - a short pgbench load as the application role, with redeliveries:
 #     nothing doubled, nothing lost;
 #   - DROP EXTENSION is guarded while entries exist; without them it drops
@@ -497,6 +500,50 @@ is( $coord->sql(q{
 		SELECT entries_retained || ' ' || dead || ' ' || pending || ' ' || (oldest_entry IS NOT NULL)
 		  FROM inbox_stats WHERE scope = 'jobs'}),
 	'2 1 0 true', 'inbox_stats_reset recounts, and inbox_stats reads the shards: retained, dead, pending');
+
+# The counters are each node's, and a delegated claim is counted on the
+# worker that ran it: inbox_stats on the coordinator sums them over every
+# node (src/distributed.c), and inbox_stats_reset forgets them on every node.
+# Two scopes, one on each worker; in the first, two claims the coordinator
+# runs itself (a call in an expression is not delegated)
+my ($tally_a, $tally_b) = split /\n/, $coord->sql(q{
+	SELECT scope FROM (SELECT DISTINCT ON (port) scope, g
+						 FROM (SELECT 'tally-' || g AS scope, g,
+									  (SELECT nodeport FROM citus_shards
+										WHERE shardid = get_shard_id_for_distribution_column('orders', 'tally-' || g)) AS port
+								 FROM generate_series(1, 100) AS g) AS s
+						ORDER BY port, g) AS x
+	 ORDER BY g});
+is( $coord->sql(qq{
+		SET ROLE billing_consumer;
+		SELECT inbox_claim('$tally_a', 't1');
+		SELECT inbox_claim('$tally_a', 't2');
+		SELECT inbox_claim('$tally_a', 't1');
+		SELECT inbox_claim('$tally_b', 't1');
+		SELECT inbox_claim('$tally_b', 't1');
+		SELECT inbox_claim('$tally_b', 't1');
+		SELECT count(*) FILTER (WHERE inbox_claim('$tally_a', 't' || g)) FROM generate_series(3, 4) AS g;}),
+	"t\nt\nf\nt\nf\nf\n2", 'claims through the coordinator, in a scope on each worker');
+my @counted = map {
+	$_->sql(qq{SELECT string_agg(scope || ':' || claims || ':' || duplicates, ' ' ORDER BY scope = '$tally_b')
+				 FROM inbox.node_counters() WHERE scope IN ('$tally_a', '$tally_b')})
+} @nodes;
+is( join(' ', $counted[0], sort @counted[1, 2]),
+	join(' ', "$tally_a:2:0", sort("$tally_a:2:1", "$tally_b:1:2")),
+	'each claim was counted by the node that ran it: the delegated ones on the workers');
+is( $coord->sql(qq{
+		SET ROLE ops;
+		SELECT scope || ' ' || claims || ' ' || duplicates || ' ' || mismatches
+		  FROM inbox_stats WHERE scope IN ('$tally_a', '$tally_b') ORDER BY scope = '$tally_b'}),
+	"$tally_a 4 1 0\n$tally_b 1 2 0",
+	'inbox_stats on the coordinator counts every node\'s claims and duplicates, read by an operator');
+is( $coord->sql(qq{
+		SELECT inbox_stats_reset();
+		SET ROLE ops;
+		SELECT count(claims) FROM inbox_stats WHERE scope IN ('$tally_a', '$tally_b')}),
+	"\n0", 'inbox_stats_reset on the coordinator clears them');
+is( join(' ', map { $_->sql(q{SELECT count(*) FROM inbox.node_counters() WHERE scope LIKE 'tally-%'}) } @nodes),
+	'0 0 0', 'on every node');
 
 # --- load: the application's consumer, concurrent, with redeliveries --------------------------
 
