@@ -7,7 +7,9 @@
  * A purge round has two steps:
  *
  *	1. observe: advance every scope's retention clock (inbox.observe) and
- *	   collect the cutoff of each scope that may be purged now;
+ *	   collect the cutoff of each scope that may be purged now; remove the
+ *	   content-window rows past their window, and the listed content
+ *	   duplicates past their scope's retention (window.c);
  *	2. for each leaf of inbox.entries, delete at most inbox.purge_batch_size
  *	   expired entries, oldest first, spread over the scopes.
  *
@@ -58,6 +60,7 @@
 #include "spi.h"
 #include "stats.h"
 #include "version.h"
+#include "window.h"
 
 PG_FUNCTION_INFO_V1(inbox_settings);
 PG_FUNCTION_INFO_V1(inbox_purge_1_0);
@@ -377,8 +380,9 @@ observe_distributed(Datum *settings, MemoryContext cxt)
 }
 
 /*
- * Step 1: observe every scope; return the PurgeTargets, allocated in cxt,
- * of the scopes that have a cutoff now.
+ * Step 1: remove what the content windows (window.c) no longer need;
+ * observe every scope; return the PurgeTargets, allocated in cxt, of the
+ * scopes that have a cutoff now.
  */
 List *
 inbox_purge_observe(MemoryContext cxt)
@@ -392,6 +396,7 @@ inbox_purge_observe(MemoryContext cxt)
 	values[1] = IntervalPGetDatum(seconds_interval(duration_seconds("inbox.idle_threshold",
 																	 idle_threshold_string,
 																	 &idle_threshold)));
+	inbox_window_purge(values[0], purge_batch_size);
 	if (inbox_entries_distributed())
 		return observe_distributed(values, cxt);
 	(void) inbox_spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
