@@ -11,10 +11,12 @@
  * inbox_stats no longer probes each scope's entries; the library purges a
  * database at 1.0.0 as 1.0.0 did, until it is updated.  On the coordinator
  * of a distributed inbox, inbox_stats counts the calls of every node, and
- * resets them on every node.  The library serves the SQL of 1.0.0 and
- * 1.1.0 through the same entry points; 1.1.0 binds three more:
- * inbox.check_duration's, and those of inbox.scope_counters and
- * inbox.forget_counters.
+ * resets them on every node.  Content windows: inbox_set_content_window,
+ * the view inbox_content_duplicates and inbox_stats.content_duplicates.
+ * The library serves the SQL of 1.0.0 and 1.1.0 through the same entry
+ * points; 1.1.0 binds more: inbox.check_duration's, those of
+ * inbox.scope_counters and inbox.forget_counters, and the content windows'
+ * trigger and counter.
  */
 
 -- complain if the script is sourced in psql rather than via ALTER EXTENSION
@@ -856,3 +858,219 @@ SET search_path = pg_catalog, pg_temp;
 
 REVOKE ALL ON FUNCTION inbox.forget_node_counters(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.node_counters() FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * Content windows
+ *
+ * A scope may set a content window (inbox_set_content_window): within it,
+ * the same payload hash claimed under a new message id warns (counted in
+ * inbox_stats.content_duplicates, listed in inbox_content_duplicates) or
+ * is rejected with IB007.  The window lives in two new columns of
+ * inbox.scopes; the tables, trigger, functions and view are those of
+ * inbox.sql, word for word, and inbox_drop_scope and inbox_stats take in
+ * the new rows and counter.
+ * ------------------------------------------------------------------------ */
+
+ALTER TABLE inbox.scopes
+	ADD COLUMN content_window interval,
+	ADD COLUMN content_action text COLLATE "C",
+	ADD CONSTRAINT scopes_content_window_check
+		CHECK ((content_window IS NULL) = (content_action IS NULL)
+			   AND content_window OPERATOR(pg_catalog.>) '0'::interval
+			   AND content_action IN ('warn', 'reject'));
+
+/*
+ * Content windows (src/window.c).  A sender that got no acknowledgement
+ * may send the same content again under a new message id, and the id
+ * alone cannot tell.  A scope may set a content window: within it, a
+ * claim or receive of a new id whose payload hash was already claimed
+ * under another id is a content duplicate, and either proceeds with a
+ * warning ('warn': counted in inbox_stats.content_duplicates and listed
+ * in inbox_content_duplicates) or is rejected ('reject': IB007, naming the
+ * first id, and nothing of the claim is written).  Scopes have no window
+ * by default; a call without a payload hash is never checked.
+ *
+ * The unique index of inbox.content_window on (scope, payload_hash)
+ * arbitrates, as the primary key of inbox.entries does for ids: a second
+ * claim of the same content waits for the first while it is in flight,
+ * and only one of two that would both commit is the first.  The check
+ * runs after the entry's arbitration, so a redelivery of the same id is
+ * an ordinary duplicate, never a content duplicate.  A row older than its
+ * scope's window counts for nothing, and the retention purge removes it;
+ * the listed content duplicates go once older than the scope's retention.
+ * The window is set in inbox.scopes (section 1), whose trigger below
+ * makes every backend read the windows again.
+ */
+CREATE TABLE inbox.content_window (
+	scope text COLLATE "C" NOT NULL,
+	payload_hash bytea NOT NULL,
+	message_id text COLLATE "C" NOT NULL,
+	seen_at timestamptz NOT NULL,
+	CONSTRAINT content_window_pkey PRIMARY KEY (scope, payload_hash)
+);
+
+COMMENT ON TABLE inbox.content_window IS
+'per scope with a content window, the first message id of each content claimed within it';
+
+REVOKE ALL ON TABLE inbox.content_window FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.content_window', '');
+
+CREATE TABLE inbox.content_duplicates (
+	scope text COLLATE "C" NOT NULL,
+	message_id text COLLATE "C" NOT NULL,
+	first_message_id text COLLATE "C" NOT NULL,
+	seen_at timestamptz NOT NULL,
+	CONSTRAINT content_duplicates_pkey PRIMARY KEY (scope, message_id)
+);
+
+COMMENT ON TABLE inbox.content_duplicates IS
+'claims that a content window let through with a warning, and the first id of their content';
+
+REVOKE ALL ON TABLE inbox.content_duplicates FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.content_duplicates', '');
+
+-- Every backend caches the windows (src/window.c); a change drops the caches.
+CREATE FUNCTION inbox.content_window_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'inbox_content_window_changed'
+LANGUAGE C;
+
+CREATE TRIGGER content_window_changed
+	AFTER INSERT OR UPDATE OF content_window, content_action OR DELETE OR TRUNCATE
+	ON inbox.scopes
+	FOR EACH STATEMENT EXECUTE FUNCTION inbox.content_window_changed();
+
+/*
+ * A window is a duration as the leases are (inbox.check_duration): no
+ * months, days of 24 hours, stored as the span the claims measure.
+ * Turning a window off forgets the contents it held.
+ */
+CREATE FUNCTION inbox.inbox_set_content_window(scope text, within interval, action text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	span interval;
+BEGIN
+	PERFORM inbox.check_key(inbox_set_content_window.scope, NULL, false);
+	IF inbox_set_content_window.action IS NULL OR inbox_set_content_window.action = 'off' THEN
+		UPDATE inbox.scopes AS s SET content_window = NULL, content_action = NULL
+		 WHERE s.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope
+		   AND s.content_window IS NOT NULL;
+		DELETE FROM inbox.content_window AS w
+		 WHERE w.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope;
+		RETURN;
+	END IF;
+	IF inbox_set_content_window.action NOT IN ('warn', 'reject') THEN
+		RAISE EXCEPTION 'unknown content window action "%"', inbox_set_content_window.action
+			USING ERRCODE = '22023',
+				  DETAIL = 'The actions are warn, reject and off.',
+				  HINT = 'Pass ''warn'' to count and list content duplicates, ''reject'' to refuse them (IB007), or NULL or ''off'' to turn the window off.';
+	END IF;
+	span := inbox.check_duration(inbox_set_content_window.within, 'within');
+	IF span IS NULL OR span <= interval '0' THEN
+		RAISE EXCEPTION 'within must be positive'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The window given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_content_window.scope),
+								  coalesce(inbox_set_content_window.within::text, 'NULL')),
+				  HINT = 'Give how long a content counts as seen, such as ''10 minutes''.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, content_window, content_action)
+	VALUES (inbox_set_content_window.scope, span, inbox_set_content_window.action)
+	ON CONFLICT (scope) DO UPDATE
+	   SET content_window = EXCLUDED.content_window, content_action = EXCLUDED.content_action;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.inbox_set_content_window(text, interval, text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_set_content_window(scope text, within interval, action text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_content_window(text, interval, text) IS
+'set a scope''s content window: the same payload hash under a new id within it warns or is rejected (IB007); NULL or ''off'' turns it off';
+
+CREATE VIEW @extschema@.inbox_content_duplicates WITH (security_barrier) AS
+	SELECT d.scope, d.message_id, d.first_message_id, d.seen_at
+	  FROM inbox.content_duplicates AS d
+	 WHERE inbox.scope_visible(d.scope);
+
+COMMENT ON VIEW @extschema@.inbox_content_duplicates IS
+'claims that a content window let through with a warning, with the first id of their content';
+
+REVOKE ALL ON FUNCTION inbox.content_window_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_content_window(text, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_content_window(text, interval, text) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_content_duplicates FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION inbox.inbox_drop_scope(scope text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	removed bigint;
+BEGIN
+	PERFORM inbox.check_key(inbox_drop_scope.scope, NULL, false);
+	-- It locks the scope's open messages too: if it rolls back, they are
+	-- back where they were, and the front must hear of it (src/front.c)
+	PERFORM inbox.wake_takers(inbox_drop_scope.scope);
+	DELETE FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	GET DIAGNOSTICS removed = ROW_COUNT;
+	DELETE FROM inbox.offsets AS o
+	 WHERE o.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.content_window AS w
+	 WHERE w.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.content_duplicates AS d
+	 WHERE d.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.scopes AS s
+	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
+	RETURN removed;
+END
+$$;
+
+CREATE FUNCTION inbox.content_counters(OUT scope text, OUT content_duplicates bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_content_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE OR REPLACE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
+	SELECT v.scope,
+		   v.claims, v.duplicates, v.mismatches, v.rows_purged, v.last_purge,
+		   v.retention, (v.k).clock, (v.k).cutoff, (v.k).oldest_entry, (v.k).purge_lag,
+		   v.entries_retained, v.pending, v.processing, v.dead, v.oldest_pending_age,
+		   v.failures, v.content_duplicates
+	  FROM (SELECT scope,
+				   c.claims, c.duplicates, c.mismatches,
+				   c.purged AS rows_purged, c.last_purge,
+				   s.retention,
+				   inbox.scope_clock(s.scope, s.observed_until, s.pauses, s.retention) AS k,
+				   s.entries_retained,
+				   coalesce(b.pending, 0) AS pending,
+				   coalesce(b.processing, 0) AS processing,
+				   coalesce(b.dead, 0) AS dead,
+				   now() - b.oldest_pending AS oldest_pending_age,
+				   c.failures,
+				   w.content_duplicates
+			  FROM inbox.scope_counters() AS c
+			  FULL JOIN inbox.scope_rows() AS s USING (scope)
+			  FULL JOIN inbox.scope_backlog() AS b USING (scope)
+			  LEFT JOIN inbox.content_counters() AS w USING (scope)
+			OFFSET 0) AS v
+	 WHERE inbox.scope_visible(v.scope);
+
+COMMENT ON VIEW @extschema@.inbox_stats IS
+'per-scope claims, duplicates, mismatches, content duplicates, purge progress and retention clock';
+
+-- New in 1.1.0: granted to the roles that hold the rest of its bundle
+SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_content_duplicates');

@@ -10,7 +10,8 @@
  * Contents, one section per feature:
  *
  *	 1. Storage             schema inbox, shared tables, helpers, drop guard
- *	 2. Claims              inbox_claim, inbox_status: one message at once
+ *	 2. Claims              inbox_claim, inbox_status: one message at once;
+ *	                        content windows
  *	 3. Batch claims        inbox_claim_many: many messages in one call
  *	 4. Deferred mode       receive now; take, complete or fail later
  *	 5. Streams             ordered streams, by a high-water mark
@@ -214,8 +215,9 @@ SELECT pg_catalog.pg_extension_config_dump('inbox.entries_p7', '');
 /*
  * Retention state, per scope: the retention override, the retention clock
  * the purge keeps (how far it has looked, the pauses it found), an
- * estimate of the entries retained, and the deferred mode's max_attempts
- * override.  See inbox.observe for the clock.  A retention is at most
+ * estimate of the entries retained, the deferred mode's max_attempts
+ * override, and the content window (section 2).  See inbox.observe for the
+ * clock.  A retention is at most
  * 2147483647 seconds (about 68 years), the range of inbox.retention.
  */
 CREATE TABLE inbox.scopes (
@@ -225,12 +227,18 @@ CREATE TABLE inbox.scopes (
 	pauses pg_catalog.tstzrange[] NOT NULL DEFAULT '{}',
 	retained bigint NOT NULL DEFAULT 0,
 	max_attempts integer,
+	content_window interval,
+	content_action text COLLATE "C",
 	CONSTRAINT scopes_pkey PRIMARY KEY (scope),
 	CONSTRAINT scopes_retention_range
 		CHECK (retention OPERATOR(pg_catalog.>) '0'::interval
 			   AND retention OPERATOR(pg_catalog.<=) '2147483647 seconds'::interval),
 	CONSTRAINT scopes_max_attempts_positive
-		CHECK (max_attempts OPERATOR(pg_catalog.>) 0)
+		CHECK (max_attempts OPERATOR(pg_catalog.>) 0),
+	CONSTRAINT scopes_content_window_check
+		CHECK ((content_window IS NULL) = (content_action IS NULL)
+			   AND content_window OPERATOR(pg_catalog.>) '0'::interval
+			   AND content_action IN ('warn', 'reject'))
 );
 
 COMMENT ON TABLE inbox.scopes IS 'per-scope retention override and retention clock';
@@ -418,6 +426,136 @@ REVOKE ALL ON FUNCTION inbox.inbox_claim(text, text, bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_status(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_claim(text, text, bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
+
+/*
+ * Content windows (src/window.c).  A sender that got no acknowledgement
+ * may send the same content again under a new message id, and the id
+ * alone cannot tell.  A scope may set a content window: within it, a
+ * claim or receive of a new id whose payload hash was already claimed
+ * under another id is a content duplicate, and either proceeds with a
+ * warning ('warn': counted in inbox_stats.content_duplicates and listed
+ * in inbox_content_duplicates) or is rejected ('reject': IB007, naming the
+ * first id, and nothing of the claim is written).  Scopes have no window
+ * by default; a call without a payload hash is never checked.
+ *
+ * The unique index of inbox.content_window on (scope, payload_hash)
+ * arbitrates, as the primary key of inbox.entries does for ids: a second
+ * claim of the same content waits for the first while it is in flight,
+ * and only one of two that would both commit is the first.  The check
+ * runs after the entry's arbitration, so a redelivery of the same id is
+ * an ordinary duplicate, never a content duplicate.  A row older than its
+ * scope's window counts for nothing, and the retention purge removes it;
+ * the listed content duplicates go once older than the scope's retention.
+ * The window is set in inbox.scopes (section 1), whose trigger below
+ * makes every backend read the windows again.
+ */
+CREATE TABLE inbox.content_window (
+	scope text COLLATE "C" NOT NULL,
+	payload_hash bytea NOT NULL,
+	message_id text COLLATE "C" NOT NULL,
+	seen_at timestamptz NOT NULL,
+	CONSTRAINT content_window_pkey PRIMARY KEY (scope, payload_hash)
+);
+
+COMMENT ON TABLE inbox.content_window IS
+'per scope with a content window, the first message id of each content claimed within it';
+
+REVOKE ALL ON TABLE inbox.content_window FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.content_window', '');
+
+CREATE TABLE inbox.content_duplicates (
+	scope text COLLATE "C" NOT NULL,
+	message_id text COLLATE "C" NOT NULL,
+	first_message_id text COLLATE "C" NOT NULL,
+	seen_at timestamptz NOT NULL,
+	CONSTRAINT content_duplicates_pkey PRIMARY KEY (scope, message_id)
+);
+
+COMMENT ON TABLE inbox.content_duplicates IS
+'claims that a content window let through with a warning, and the first id of their content';
+
+REVOKE ALL ON TABLE inbox.content_duplicates FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.content_duplicates', '');
+
+-- Every backend caches the windows (src/window.c); a change drops the caches.
+CREATE FUNCTION inbox.content_window_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'inbox_content_window_changed'
+LANGUAGE C;
+
+CREATE TRIGGER content_window_changed
+	AFTER INSERT OR UPDATE OF content_window, content_action OR DELETE OR TRUNCATE
+	ON inbox.scopes
+	FOR EACH STATEMENT EXECUTE FUNCTION inbox.content_window_changed();
+
+/*
+ * A window is a duration as the leases are (inbox.check_duration): no
+ * months, days of 24 hours, stored as the span the claims measure.
+ * Turning a window off forgets the contents it held.
+ */
+CREATE FUNCTION inbox.inbox_set_content_window(scope text, within interval, action text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	span interval;
+BEGIN
+	PERFORM inbox.check_key(inbox_set_content_window.scope, NULL, false);
+	IF inbox_set_content_window.action IS NULL OR inbox_set_content_window.action = 'off' THEN
+		UPDATE inbox.scopes AS s SET content_window = NULL, content_action = NULL
+		 WHERE s.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope
+		   AND s.content_window IS NOT NULL;
+		DELETE FROM inbox.content_window AS w
+		 WHERE w.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope;
+		RETURN;
+	END IF;
+	IF inbox_set_content_window.action NOT IN ('warn', 'reject') THEN
+		RAISE EXCEPTION 'unknown content window action "%"', inbox_set_content_window.action
+			USING ERRCODE = '22023',
+				  DETAIL = 'The actions are warn, reject and off.',
+				  HINT = 'Pass ''warn'' to count and list content duplicates, ''reject'' to refuse them (IB007), or NULL or ''off'' to turn the window off.';
+	END IF;
+	span := inbox.check_duration(inbox_set_content_window.within, 'within');
+	IF span IS NULL OR span <= interval '0' THEN
+		RAISE EXCEPTION 'within must be positive'
+			USING ERRCODE = '22023',
+				  DETAIL = format('The window given for scope "%s" is %s.',
+								  inbox.quote(inbox_set_content_window.scope),
+								  coalesce(inbox_set_content_window.within::text, 'NULL')),
+				  HINT = 'Give how long a content counts as seen, such as ''10 minutes''.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, content_window, content_action)
+	VALUES (inbox_set_content_window.scope, span, inbox_set_content_window.action)
+	ON CONFLICT (scope) DO UPDATE
+	   SET content_window = EXCLUDED.content_window, content_action = EXCLUDED.content_action;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.inbox_set_content_window(text, interval, text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_set_content_window(scope text, within interval, action text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_content_window(text, interval, text) IS
+'set a scope''s content window: the same payload hash under a new id within it warns or is rejected (IB007); NULL or ''off'' turns it off';
+
+CREATE VIEW @extschema@.inbox_content_duplicates WITH (security_barrier) AS
+	SELECT d.scope, d.message_id, d.first_message_id, d.seen_at
+	  FROM inbox.content_duplicates AS d
+	 WHERE inbox.scope_visible(d.scope);
+
+COMMENT ON VIEW @extschema@.inbox_content_duplicates IS
+'claims that a content window let through with a warning, with the first id of their content';
+
+REVOKE ALL ON FUNCTION inbox.content_window_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_content_window(text, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_content_window(text, interval, text) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_content_duplicates FROM PUBLIC;
 
 -- ======================================================================
 -- 3. Batch claims
@@ -1994,7 +2132,8 @@ END
 $$;
 
 -- Everything a scope holds: its entries in every state, its stream
--- offsets, its row of inbox.scopes and its counters
+-- offsets, its content window's rows, its row of inbox.scopes and its
+-- counters
 CREATE FUNCTION inbox.inbox_drop_scope(scope text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -2013,6 +2152,10 @@ BEGIN
 	GET DIAGNOSTICS removed = ROW_COUNT;
 	DELETE FROM inbox.offsets AS o
 	 WHERE o.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.content_window AS w
+	 WHERE w.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.content_duplicates AS d
+	 WHERE d.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	DELETE FROM inbox.scopes AS s
 	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
@@ -2420,7 +2563,8 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('operator', 'view', '@extschema@.inbox_grants'),
 	('operator', 'view', '@extschema@.inbox_forget_log'),
 	('operator', 'function', '@extschema@.inbox_requeue(text, text)'),
-	('operator', 'view', '@extschema@.inbox_bundles');
+	('operator', 'view', '@extschema@.inbox_bundles'),
+	('operator', 'view', '@extschema@.inbox_content_duplicates');
 
 REVOKE ALL ON FUNCTION inbox.inbox_grant(text, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_revoke(text, regrole) FROM PUBLIC;
@@ -2471,6 +2615,13 @@ CREATE FUNCTION inbox.scope_counters(OUT scope text, OUT claims bigint, OUT dupl
 									 OUT last_purge timestamptz, OUT failures bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'inbox_cluster_counters'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- The content windows' counter (src/stats.c, src/window.c), one row per scope
+CREATE FUNCTION inbox.content_counters(OUT scope text, OUT content_duplicates bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'inbox_content_counters'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, pg_temp;
 
@@ -2593,7 +2744,7 @@ CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 		   v.claims, v.duplicates, v.mismatches, v.rows_purged, v.last_purge,
 		   v.retention, (v.k).clock, (v.k).cutoff, (v.k).oldest_entry, (v.k).purge_lag,
 		   v.entries_retained, v.pending, v.processing, v.dead, v.oldest_pending_age,
-		   v.failures
+		   v.failures, v.content_duplicates
 	  FROM (SELECT scope,
 				   c.claims, c.duplicates, c.mismatches,
 				   c.purged AS rows_purged, c.last_purge,
@@ -2604,15 +2755,17 @@ CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 				   coalesce(b.processing, 0) AS processing,
 				   coalesce(b.dead, 0) AS dead,
 				   now() - b.oldest_pending AS oldest_pending_age,
-				   c.failures
+				   c.failures,
+				   w.content_duplicates
 			  FROM inbox.scope_counters() AS c
 			  FULL JOIN inbox.scope_rows() AS s USING (scope)
 			  FULL JOIN inbox.scope_backlog() AS b USING (scope)
+			  LEFT JOIN inbox.content_counters() AS w USING (scope)
 			OFFSET 0) AS v
 	 WHERE inbox.scope_visible(v.scope);
 
 COMMENT ON VIEW @extschema@.inbox_stats IS
-'per-scope claims, duplicates, mismatches, purge progress and retention clock';
+'per-scope claims, duplicates, mismatches, content duplicates, purge progress and retention clock';
 
 -- The dead letters, read as the extension's owner.  The view reads them
 -- through this function rather than from the table: on Citus, a view's

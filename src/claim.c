@@ -62,6 +62,7 @@
 #include "keys.h"
 #include "spi.h"
 #include "stats.h"
+#include "window.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim_1_0);
 PG_FUNCTION_INFO_V1(inbox_status_1_0);
@@ -388,6 +389,9 @@ claim_key(const KeyPlans *kp, KeyStatement kind, Datum *values, const char *null
 		if (claim_insert_entry(kp, kind, values, nulls, scope, message_id, payload_hash, true))
 		{
 			inbox_stats_count(scope, INBOX_COUNT_ENTRY);
+			/* A new id: the content may still be a message sent again */
+			if (!kp->legacy)
+				inbox_window_claimed(scope, message_id, payload_hash, NULL);
 			return true;
 		}
 		if (lookup_entry(kp, scope, message_id, &entry))
@@ -441,9 +445,10 @@ inbox_claim_call(FunctionCallInfo fcinfo, bool legacy)
  * owner, when direct.c can write and read the key's leaf without SQL: the
  * checks, the arbitration and the reporting of inbox_claim_call(), in the
  * same order.  False, having done nothing, where the implementation must
- * decide: a claim bounded by inbox.claim_timeout, a leaf that needs SPI,
- * or an entry that was deleted between the write and the read.  Otherwise
- * *claimed says whether this call claimed the message.
+ * decide: a claim bounded by inbox.claim_timeout, a leaf that needs SPI, a
+ * scope that may have a content window, or an entry that was deleted
+ * between the write and the read.  Otherwise *claimed says whether this
+ * call claimed the message.
  */
 bool
 inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
@@ -457,9 +462,12 @@ inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
 	/*
 	 * Not where a key's bucket takes an encoding conversion, which is
 	 * looked up along the search_path that only the implementation pins.
+	 * Nor where the scope may have a content window, which the
+	 * implementation applies with a statement (window.c).
 	 */
 	if (inbox_claim_bounded() ||
-		(GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII))
+		(GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII) ||
+		(payload_hash != NULL && !inbox_window_known_off(scope)))
 		return false;
 	c.bucket = inbox_bucket(scope, message_id);
 	switch ((InboxDirectResult) direct_call(&c))

@@ -38,6 +38,7 @@
 #include "keys.h"
 #include "spi.h"
 #include "stats.h"
+#include "window.h"
 
 PG_FUNCTION_INFO_V1(inbox_claim_many_1_0);
 PG_FUNCTION_INFO_V1(inbox_receive_many_json);
@@ -420,6 +421,51 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 	return left;
 }
 
+static int
+compare_hashes(const void *a, const void *b)
+{
+	const bytea *ha = (*(BatchItem *const *) a)->payload_hash;
+	const bytea *hb = (*(BatchItem *const *) b)->payload_hash;
+	int			la = VARSIZE_ANY_EXHDR(ha);
+	int			lb = VARSIZE_ANY_EXHDR(hb);
+	int			c = memcmp(VARDATA_ANY(ha), VARDATA_ANY(hb), Min(la, lb));
+
+	return c != 0 ? c : la - lb;
+}
+
+/*
+ * The scope's content window (window.c) for the ids this batch wrote, in
+ * the order of their hashes: two batches that share contents take their
+ * content rows in the same order, and cannot deadlock over them.  A
+ * rejected one raises, and nothing of the batch is claimed.
+ */
+static void
+batch_window(Batch *batch)
+{
+	BatchItem **written;
+	int			n = 0;
+	int			i;
+
+	if (!inbox_window_on(batch->scope))
+		return;
+	written = palloc(sizeof(BatchItem *) * batch->n);
+	for (i = 0; i < batch->n; i++)
+	{
+		if (batch->items[i].status == batch->done && batch->items[i].payload_hash != NULL)
+			written[n++] = &batch->items[i];
+	}
+	qsort(written, n, sizeof(BatchItem *), compare_hashes);
+	for (i = 0; i < n; i++)
+	{
+		char		where[64];
+
+		snprintf(where, sizeof(where), "It is message_ids[%d]; nothing of the batch was claimed.",
+				 written[i]->position);
+		inbox_window_claimed(batch->scope, written[i]->message_id, written[i]->payload_hash, where);
+	}
+	pfree(written);
+}
+
 /* A one-dimensional array argument, deconstructed; NULL elements allowed */
 static int
 array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
@@ -708,6 +754,7 @@ claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 			claim_raise_contention(batch.scope, pending[0]->message_id, attempt);
 		CHECK_FOR_INTERRUPTS();
 	}
+	batch_window(&batch);
 	SPI_finish();
 	if (kind != BATCH_CLAIM)
 		inbox_scope_touched(inbox_scope_leaf(batch.scope), batch.scope,

@@ -26,6 +26,7 @@
 #define ERRCODE_INBOX_NOT_OWNER			MAKE_SQLSTATE('I','B','0','0','4')
 #define ERRCODE_INBOX_NO_SUCH_MESSAGE	MAKE_SQLSTATE('I','B','0','0','5')
 #define ERRCODE_INBOX_OFFSET_GAP		MAKE_SQLSTATE('I','B','0','0','6')
+#define ERRCODE_INBOX_CONTENT_DUPLICATE	MAKE_SQLSTATE('I','B','0','0','7')
 
 /*
  * Limits on keys, in bytes, which a key must meet both in the server

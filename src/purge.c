@@ -8,6 +8,8 @@
  *
  *	1. observe: advance the retention clock of every scope that may need it,
  *	   and collect the cutoff of each scope that has entries to purge now;
+ *	   remove the content-window rows past their window, and the listed
+ *	   content duplicates past their scope's retention (window.c);
  *	2. for each leaf of inbox.entries, delete at most inbox.purge_batch_size
  *	   expired entries, oldest first, spread over the scopes.
  *
@@ -111,6 +113,7 @@
 #include "spi.h"
 #include "stats.h"
 #include "version.h"
+#include "window.h"
 
 PG_FUNCTION_INFO_V1(inbox_settings);
 PG_FUNCTION_INFO_V1(inbox_purge_1_0);
@@ -618,8 +621,9 @@ observe_changed(Datum *settings, int retention_s, int idle_s, MemoryContext cxt)
 }
 
 /*
- * Step 1: observe the scopes that may need it; return the PurgeTargets,
- * allocated in cxt, of the scopes with something to purge now.
+ * Step 1: remove what the content windows (window.c) no longer need;
+ * observe the scopes that may need it; return the PurgeTargets, allocated
+ * in cxt, of the scopes with something to purge now.
  */
 List *
 inbox_purge_observe(MemoryContext cxt)
@@ -633,6 +637,7 @@ inbox_purge_observe(MemoryContext cxt)
 
 	values[0] = IntervalPGetDatum(seconds_interval(retention_s));
 	values[1] = IntervalPGetDatum(seconds_interval(idle_s));
+	inbox_window_purge(values[0], purge_batch_size);
 	if (inbox_entries_distributed())
 		return observe_distributed(values, cxt);
 	if (!inbox_sql_older_than(PURGE_SCHEDULE_SINCE))

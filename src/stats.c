@@ -2,9 +2,10 @@
  *
  * stats.c
  *	  Per-scope counters in shared memory: claims, duplicates, mismatches,
- *	  rows purged and the last purge time, behind the inbox_stats view;
- *	  and what the purge learns from them: which scopes received entries
- *	  it has not observed yet, and when it last swept a database.
+ *	  content duplicates, rows purged and the last purge time, behind the
+ *	  inbox_stats view; and what the purge learns from them: which scopes
+ *	  received entries it has not observed yet, and when it last swept a
+ *	  database.
  *
  * Counters live in a shared hash keyed by (database, scope), sized by
  * inbox.max_scopes at server start, so they exist only when the library
@@ -19,10 +20,10 @@
  * removals, take it exclusively.  Nothing is written to disk: the counters
  * start from zero after every restart (documented).
  *
- * Claims, duplicates and mismatches are counted when the call decides, as
- * events.  Rows purged are state, so they are counted only once the purge
- * transaction commits: a purge inside a transaction or savepoint that rolls
- * back is not counted.
+ * Claims, duplicates, mismatches and content duplicates are counted when
+ * the call decides, as events.  Rows purged are state, so they are counted
+ * only once the purge transaction commits: a purge inside a transaction or
+ * savepoint that rolls back is not counted.
  *
  * The purge's hints (purge.c says how it uses them).  A claim that writes
  * an entry raises its scope's "received" to the entry's received_at (the
@@ -72,6 +73,7 @@
 #include "stats.h"
 
 PG_FUNCTION_INFO_V1(inbox_counters_1_0);
+PG_FUNCTION_INFO_V1(inbox_content_counters);
 PG_FUNCTION_INFO_V1(inbox_count_failure);
 PG_FUNCTION_INFO_V1(inbox_forget_counters);
 
@@ -91,6 +93,7 @@ typedef struct InboxStatsEntry
 	pg_atomic_uint64 duplicates;
 	pg_atomic_uint64 mismatches;
 	pg_atomic_uint64 failures;
+	pg_atomic_uint64 content_duplicates;
 	pg_atomic_uint64 purged;
 	pg_atomic_uint64 last_purge;	/* TimestampTz, 0 = never */
 	pg_atomic_uint64 received;	/* TimestampTz: newest entry claimed, 0 = none */
@@ -265,6 +268,7 @@ stats_add(Oid dbid, const char *scope, int len, InboxCounter which, uint64 delta
 			pg_atomic_init_u64(&entry->duplicates, 0);
 			pg_atomic_init_u64(&entry->mismatches, 0);
 			pg_atomic_init_u64(&entry->failures, 0);
+			pg_atomic_init_u64(&entry->content_duplicates, 0);
 			pg_atomic_init_u64(&entry->purged, 0);
 			pg_atomic_init_u64(&entry->last_purge, 0);
 			pg_atomic_init_u64(&entry->received, 0);
@@ -289,6 +293,9 @@ stats_add(Oid dbid, const char *scope, int len, InboxCounter which, uint64 delta
 			break;
 		case INBOX_COUNT_FAILURE:
 			pg_atomic_fetch_add_u64(&entry->failures, delta);
+			break;
+		case INBOX_COUNT_CONTENT_DUPLICATE:
+			pg_atomic_fetch_add_u64(&entry->content_duplicates, delta);
 			break;
 		case INBOX_COUNT_PURGED:
 			pg_atomic_fetch_add_u64(&entry->purged, delta);
@@ -688,6 +695,39 @@ Datum
 inbox_counters_1_0(PG_FUNCTION_ARGS)
 {
 	inbox_stats_materialize(fcinfo);
+	return (Datum) 0;
+}
+
+/*
+ * inbox.content_counters() -> SETOF (scope, content_duplicates): the
+ * content windows' counter, apart from inbox.scope_counters, whose columns
+ * the SQL of 1.0.0 fixed.
+ */
+Datum
+inbox_content_counters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	InboxStatsEntry *entry;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (inbox_stats_hash == NULL)
+		return (Datum) 0;
+
+	LWLockAcquire(inbox_shared->lock, LW_SHARED);
+	hash_seq_init(&status, inbox_stats_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		if (entry->key.dbid != MyDatabaseId)
+			continue;
+		values[0] = CStringGetTextDatum(entry->key.scope);
+		values[1] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->content_duplicates));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(inbox_shared->lock);
 	return (Datum) 0;
 }
 

@@ -21,6 +21,7 @@ typedef enum InboxCounter
 	INBOX_COUNT_DUPLICATE,
 	INBOX_COUNT_MISMATCH,
 	INBOX_COUNT_FAILURE,		/* inbox_fail */
+	INBOX_COUNT_CONTENT_DUPLICATE,	/* a content window's second claim */
 	INBOX_COUNT_PURGED			/* only through inbox_stats_purged() */
 } InboxCounter;
 

@@ -235,6 +235,7 @@ like($_, qr/_total$/, "$_: a counter's name ends in _total") for grep { $defined
 is(value('inbox_claims_total', scope => 'billing'), 6, 'billing: 6 claims (5 committed, 1 rolled back)');
 is(value('inbox_duplicates_total', scope => 'billing'), 3, 'billing: 3 duplicates');
 is(value('inbox_mismatches_total', scope => 'billing'), 1, 'billing: 1 mismatch');
+is(value('inbox_content_duplicates_total', scope => 'billing'), 0, 'billing: no content sent twice');
 is(value('inbox_pending', scope => 'billing'), 0, 'billing: nothing pending in claim mode');
 is(value('inbox_clock_state', scope => 'billing', clock => 'unknown'),
 	0, 'billing: the purge has seen the scope (clock not unknown)');

@@ -598,7 +598,7 @@ for my $m (grep { /^ERRCODE_INBOX_/ } keys %macro)
 	(my $cond = lc $m) =~ s/^errcode_inbox_//;
 	$ib_condition{ $macro{$m} } = $cond;
 }
-is(join(',', sort keys %ib_condition), 'IB001,IB002,IB003,IB004,IB005,IB006',
+is(join(',', sort keys %ib_condition), 'IB001,IB002,IB003,IB004,IB005,IB006,IB007',
 	'src/inbox.h defines the IB codes');
 
 # What the C code raises: errcode(ERRCODE_...)

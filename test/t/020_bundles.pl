@@ -31,7 +31,7 @@ use Test::More;
 
 # The public functions that no bundle holds: the owner's alone.
 my @owner_only = qw(
-  inbox_set_max_attempts inbox_set_retention inbox_drop_scope
+  inbox_set_max_attempts inbox_set_retention inbox_set_content_window inbox_drop_scope
   inbox_grant inbox_revoke inbox_grant_bundle inbox_revoke_bundle
   inbox_purge inbox_stats_reset
   inbox_forget inbox_forget_range inbox_allow_forget inbox_disallow_forget
@@ -150,12 +150,13 @@ $node->sql(q{
 	SELECT message_id FROM inbox_dead_letters;
 	SELECT count(*) FROM inbox_grants;
 	SELECT count(*) FROM inbox_forget_log;
+	SELECT count(*) FROM inbox_content_duplicates;
 	SELECT count(*) FROM inbox_bundles WHERE bundle = 'operator';
 	SELECT inbox_requeue('dead-end', 'poison');
 	SELECT count(*) FROM inbox_dead_letters;
 });
 ok($ok, 'operator: every view, and requeue, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n6\n\n0", 'operator: the dead letter was seen and requeued');
+is($out, "t\npoison\n0\n0\n0\n7\n\n0", 'operator: the dead letter was seen and requeued');
 
 # --- what each role may not do --------------------------------------------------------
 

@@ -35,6 +35,7 @@ my @layers = (
 		[ forget => qw(forget.c forget.h) ],
 		[ purge => qw(purge.c purge.h) ],
 		[ guard => qw(guard.c) ],
+		[ window => qw(window.c window.h) ],
 	],
 	[
 		engine =>
