@@ -111,19 +111,30 @@ SELECT * FROM inbox_claim_many('cw-reject', ARRAY['b1', 'b2'], ARRAY[sha256('bat
 -- Expiry: a content first seen longer ago than the window is a fresh
 -- first, under its new id.
 --
-UPDATE inbox.content_window SET seen_at = seen_at - interval '61 minutes'
+UPDATE inbox.content_window SET seen_at = seen_at - interval '61 minutes', expires_at = expires_at - interval '61 minutes'
  WHERE scope = 'cw-reject' AND message_id = 'r1';
 SELECT inbox_claim('cw-reject', 'r8', sha256('parcel 7'));
 SELECT message_id FROM inbox.content_window WHERE scope = 'cw-reject' AND payload_hash = sha256('parcel 7');
 SELECT regress.try_rows($$SELECT inbox_claim('cw-reject', 'r9', sha256('parcel 7'))$$);
 
 --
+-- A new window moves when the contents already seen expire: they count
+-- for the new span from when they were seen.
+--
+SELECT inbox_set_content_window('cw-reject', '2 hours', 'reject');
+SELECT bool_and(expires_at = seen_at + interval '2 hours') AS moved
+  FROM inbox.content_window WHERE scope = 'cw-reject';
+SELECT inbox_set_content_window('cw-reject', '1 hour', 'reject');
+SELECT bool_and(expires_at = seen_at + interval '1 hour') AS moved_back
+  FROM inbox.content_window WHERE scope = 'cw-reject';
+
+--
 -- The purge: content rows past their window go, listed duplicates go once
 -- past their scope's retention.
 --
-UPDATE inbox.content_window SET seen_at = seen_at - interval '2 hours'
+UPDATE inbox.content_window SET seen_at = seen_at - interval '2 hours', expires_at = expires_at - interval '2 hours'
  WHERE scope = 'cw-reject' AND message_id IN ('r8', 'b1');
-UPDATE inbox.content_duplicates SET seen_at = seen_at - interval '8 days'
+UPDATE inbox.content_duplicates SET seen_at = seen_at - interval '8 days', expires_at = expires_at - interval '8 days'
  WHERE scope = 'cw-warn' AND message_id = 'w2';
 SELECT inbox_purge() >= 0 AS purged;
 SELECT message_id FROM inbox.content_window WHERE scope = 'cw-reject' ORDER BY message_id;

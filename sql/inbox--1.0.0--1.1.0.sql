@@ -879,6 +879,16 @@ ALTER TABLE inbox.scopes
 			   AND content_window OPERATOR(pg_catalog.>) '0'::interval
 			   AND content_action IN ('warn', 'reject'));
 
+-- Refuse what cannot work on a distributed inbox.entries, by name, with
+-- the reason (src/distributed.c)
+CREATE FUNCTION inbox.refuse_if_distributed(what text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_refuse_if_distributed_sql'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION inbox.refuse_if_distributed(text) FROM PUBLIC;
+
 /*
  * Content windows (src/window.c).  A sender that got no acknowledgement
  * may send the same content again under a new message id, and the id
@@ -895,9 +905,11 @@ ALTER TABLE inbox.scopes
  * claim of the same content waits for the first while it is in flight,
  * and only one of two that would both commit is the first.  The check
  * runs after the entry's arbitration, so a redelivery of the same id is
- * an ordinary duplicate, never a content duplicate.  A row older than its
- * scope's window counts for nothing, and the retention purge removes it;
- * the listed content duplicates go once older than the scope's retention.
+ * an ordinary duplicate, never a content duplicate.  A row counts until
+ * its expires_at, when it was seen plus the scope's window (a new window
+ * moves it), and the retention purge then removes it; a listed content
+ * duplicate is kept for the scope's retention in force when it was
+ * listed.  The purge reads both by expires_at: it costs what expired.
  * The window is set in inbox.scopes (section 1), whose trigger below
  * makes every backend read the windows again.
  */
@@ -906,8 +918,12 @@ CREATE TABLE inbox.content_window (
 	payload_hash bytea NOT NULL,
 	message_id text COLLATE "C" NOT NULL,
 	seen_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
 	CONSTRAINT content_window_pkey PRIMARY KEY (scope, payload_hash)
 );
+
+-- What the purge reads: only the rows that expired, oldest first
+CREATE INDEX content_window_expires_at ON inbox.content_window (expires_at);
 
 COMMENT ON TABLE inbox.content_window IS
 'per scope with a content window, the first message id of each content claimed within it';
@@ -920,8 +936,11 @@ CREATE TABLE inbox.content_duplicates (
 	message_id text COLLATE "C" NOT NULL,
 	first_message_id text COLLATE "C" NOT NULL,
 	seen_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
 	CONSTRAINT content_duplicates_pkey PRIMARY KEY (scope, message_id)
 );
+
+CREATE INDEX content_duplicates_expires_at ON inbox.content_duplicates (expires_at);
 
 COMMENT ON TABLE inbox.content_duplicates IS
 'claims that a content window let through with a warning, and the first id of their content';
@@ -963,6 +982,7 @@ BEGIN
 		 WHERE w.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope;
 		RETURN;
 	END IF;
+	PERFORM inbox.refuse_if_distributed('content_window');
 	IF inbox_set_content_window.action NOT IN ('warn', 'reject') THEN
 		RAISE EXCEPTION 'unknown content window action "%"', inbox_set_content_window.action
 			USING ERRCODE = '22023',
@@ -982,6 +1002,10 @@ BEGIN
 	VALUES (inbox_set_content_window.scope, span, inbox_set_content_window.action)
 	ON CONFLICT (scope) DO UPDATE
 	   SET content_window = EXCLUDED.content_window, content_action = EXCLUDED.content_action;
+	-- The contents seen count for the new span from when they were seen
+	UPDATE inbox.content_window AS w SET expires_at = w.seen_at + span
+	 WHERE w.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope
+	   AND w.expires_at IS DISTINCT FROM w.seen_at + span;
 END
 $$;
 
@@ -1074,3 +1098,106 @@ COMMENT ON VIEW @extschema@.inbox_stats IS
 
 -- New in 1.1.0: granted to the roles that hold the rest of its bundle
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_content_duplicates');
+
+-- inbox_distribute refuses an inbox whose scopes keep content windows
+CREATE OR REPLACE FUNCTION @extschema@.inbox_distribute(colocate_with regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	dist_column text;
+	dist_type oid;
+	dist_collation oid;
+	entries_colocation integer;
+	fn regprocedure;
+	grantee text;
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+		RAISE EXCEPTION 'inbox_distribute needs Citus'
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = 'Extension citus is not installed in this database.',
+				  HINT = 'On one node, the inbox needs no distribution.';
+	END IF;
+	-- A delegated claim could not see a window (src/distributed.c)
+	IF EXISTS (SELECT FROM inbox.scopes AS s WHERE s.content_window IS NOT NULL) THEN
+		RAISE EXCEPTION 'inbox_distribute cannot distribute an inbox whose scopes keep content windows'
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = 'A claim delegated to a worker would read neither the windows nor the contents they have seen.',
+				  HINT = 'Turn the windows off first: inbox_set_content_window(scope, NULL, ''off'').';
+	END IF;
+
+	-- The business table, distributed by hash on a text column of collation "C"
+	SELECT pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+	  INTO dist_column
+	  FROM pg_catalog.pg_dist_partition AS p
+	 WHERE p.logicalrelid = colocate_with AND p.partmethod = 'h';
+	IF dist_column IS NULL THEN
+		RAISE EXCEPTION 'table % is not distributed by hash', colocate_with
+			USING ERRCODE = 'wrong_object_type',
+				  DETAIL = 'inbox.entries is co-located with a table distributed by the scope its rows belong to.',
+				  HINT = 'Distribute it first: SELECT create_distributed_table(''table'', ''scope column'').';
+	END IF;
+	SELECT a.atttypid, a.attcollation INTO dist_type, dist_collation
+	  FROM pg_catalog.pg_attribute AS a
+	 WHERE a.attrelid = colocate_with AND a.attname = dist_column;
+	IF dist_type <> 'pg_catalog.text'::pg_catalog.regtype THEN
+		RAISE EXCEPTION 'the distribution column % of table % is of type %, not text',
+				dist_column, colocate_with, dist_type::pg_catalog.regtype
+			USING ERRCODE = 'datatype_mismatch',
+				  DETAIL = 'Citus co-locates tables whose distribution columns have the same type; inbox.entries.scope is text.';
+	END IF;
+	IF dist_collation <> 'pg_catalog."C"'::pg_catalog.regcollation THEN
+		RAISE EXCEPTION 'the distribution column % of table % has collation %, not "C"',
+				dist_column, colocate_with, dist_collation::pg_catalog.regcollation
+			USING ERRCODE = 'collation_mismatch',
+				  DETAIL = 'The inbox compares scopes byte-wise, and Citus co-locates only distribution columns of one collation.',
+				  HINT = 'Create the business table with that column COLLATE "C", before distributing it; Citus cannot change a distribution column afterwards.';
+	END IF;
+
+	-- inbox.entries: distribute it, or check that it is co-located already
+	SELECT p.colocationid INTO entries_colocation
+	  FROM pg_catalog.pg_dist_partition AS p
+	 WHERE p.logicalrelid = 'inbox.entries'::pg_catalog.regclass;
+	IF entries_colocation IS NULL THEN
+		PERFORM pg_catalog.create_distributed_table('inbox.entries', 'scope',
+													colocate_with => colocate_with::text);
+	ELSIF entries_colocation <> (SELECT p.colocationid FROM pg_catalog.pg_dist_partition AS p
+								  WHERE p.logicalrelid = colocate_with) THEN
+		RAISE EXCEPTION 'inbox.entries is already distributed, and not co-located with table %', colocate_with
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'Citus cannot redistribute a table that belongs to an extension.';
+	END IF;
+
+	-- inbox.scope_grants on every node.  Its statement trigger, which drops
+	-- the backends' caches of the grants, must follow it onto the shards:
+	-- Citus creates triggers there only when allowed to.
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition AS p
+				   WHERE p.logicalrelid = 'inbox.scope_grants'::pg_catalog.regclass) THEN
+		PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+		PERFORM pg_catalog.create_reference_table('inbox.scope_grants');
+	END IF;
+
+	-- The delegated entry points.  Citus propagates a GRANT on a function
+	-- only once the function is distributed, so the EXECUTE privileges
+	-- given before are given again, now to every node.
+	FOREACH fn IN ARRAY inbox.delegated_functions() LOOP
+		PERFORM pg_catalog.create_distributed_function(fn, 'scope',
+													   colocate_with => 'inbox.entries',
+													   force_delegation => true);
+		FOR grantee IN
+			SELECT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+						ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END
+			  FROM pg_catalog.pg_proc AS p, pg_catalog.aclexplode(p.proacl) AS x
+			 WHERE p.oid = fn AND x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
+		LOOP
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', fn, grantee);
+		END LOOP;
+	END LOOP;
+
+	RAISE NOTICE 'the inbox is distributed with table %', colocate_with
+		USING DETAIL = 'This cannot be undone: Citus does not undistribute a table that belongs to an extension. '
+					   'DROP EXTENSION inbox still works.';
+END;
+$$;
+

@@ -427,6 +427,16 @@ REVOKE ALL ON FUNCTION inbox.inbox_status(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_claim(text, text, bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
 
+-- Refuse what cannot work on a distributed inbox.entries, by name, with
+-- the reason (src/distributed.c)
+CREATE FUNCTION inbox.refuse_if_distributed(what text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_refuse_if_distributed_sql'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION inbox.refuse_if_distributed(text) FROM PUBLIC;
+
 /*
  * Content windows (src/window.c).  A sender that got no acknowledgement
  * may send the same content again under a new message id, and the id
@@ -443,9 +453,11 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_status(text, text) FROM PUBLIC;
  * claim of the same content waits for the first while it is in flight,
  * and only one of two that would both commit is the first.  The check
  * runs after the entry's arbitration, so a redelivery of the same id is
- * an ordinary duplicate, never a content duplicate.  A row older than its
- * scope's window counts for nothing, and the retention purge removes it;
- * the listed content duplicates go once older than the scope's retention.
+ * an ordinary duplicate, never a content duplicate.  A row counts until
+ * its expires_at, when it was seen plus the scope's window (a new window
+ * moves it), and the retention purge then removes it; a listed content
+ * duplicate is kept for the scope's retention in force when it was
+ * listed.  The purge reads both by expires_at: it costs what expired.
  * The window is set in inbox.scopes (section 1), whose trigger below
  * makes every backend read the windows again.
  */
@@ -454,8 +466,12 @@ CREATE TABLE inbox.content_window (
 	payload_hash bytea NOT NULL,
 	message_id text COLLATE "C" NOT NULL,
 	seen_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
 	CONSTRAINT content_window_pkey PRIMARY KEY (scope, payload_hash)
 );
+
+-- What the purge reads: only the rows that expired, oldest first
+CREATE INDEX content_window_expires_at ON inbox.content_window (expires_at);
 
 COMMENT ON TABLE inbox.content_window IS
 'per scope with a content window, the first message id of each content claimed within it';
@@ -468,8 +484,11 @@ CREATE TABLE inbox.content_duplicates (
 	message_id text COLLATE "C" NOT NULL,
 	first_message_id text COLLATE "C" NOT NULL,
 	seen_at timestamptz NOT NULL,
+	expires_at timestamptz NOT NULL,
 	CONSTRAINT content_duplicates_pkey PRIMARY KEY (scope, message_id)
 );
+
+CREATE INDEX content_duplicates_expires_at ON inbox.content_duplicates (expires_at);
 
 COMMENT ON TABLE inbox.content_duplicates IS
 'claims that a content window let through with a warning, and the first id of their content';
@@ -511,6 +530,7 @@ BEGIN
 		 WHERE w.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope;
 		RETURN;
 	END IF;
+	PERFORM inbox.refuse_if_distributed('content_window');
 	IF inbox_set_content_window.action NOT IN ('warn', 'reject') THEN
 		RAISE EXCEPTION 'unknown content window action "%"', inbox_set_content_window.action
 			USING ERRCODE = '22023',
@@ -530,6 +550,10 @@ BEGIN
 	VALUES (inbox_set_content_window.scope, span, inbox_set_content_window.action)
 	ON CONFLICT (scope) DO UPDATE
 	   SET content_window = EXCLUDED.content_window, content_action = EXCLUDED.content_action;
+	-- The contents seen count for the new span from when they were seen
+	UPDATE inbox.content_window AS w SET expires_at = w.seen_at + span
+	 WHERE w.scope OPERATOR(pg_catalog.=) inbox_set_content_window.scope
+	   AND w.expires_at IS DISTINCT FROM w.seen_at + span;
 END
 $$;
 
@@ -2876,6 +2900,13 @@ BEGIN
 			USING ERRCODE = 'feature_not_supported',
 				  DETAIL = 'Extension citus is not installed in this database.',
 				  HINT = 'On one node, the inbox needs no distribution.';
+	END IF;
+	-- A delegated claim could not see a window (src/distributed.c)
+	IF EXISTS (SELECT FROM inbox.scopes AS s WHERE s.content_window IS NOT NULL) THEN
+		RAISE EXCEPTION 'inbox_distribute cannot distribute an inbox whose scopes keep content windows'
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = 'A claim delegated to a worker would read neither the windows nor the contents they have seen.',
+				  HINT = 'Turn the windows off first: inbox_set_content_window(scope, NULL, ''off'').';
 	END IF;
 
 	-- The business table, distributed by hash on a text column of collation "C"

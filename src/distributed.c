@@ -98,6 +98,14 @@ static const Refusal refusals[] = {
 		"worker's inbox.scopes is not theirs, and a purge here would apply the wrong retention.",
 		"Run inbox_purge() on the coordinator, or let its purge worker run."
 	},
+	[INBOX_REFUSE_CONTENT_WINDOW] = {
+		"keep a content window (inbox_set_content_window)",
+		"A scope's window and the contents it has seen live in inbox.scopes and inbox.content_window on the "
+		"coordinator, while a claim delegated to the worker that holds the scope's shard runs there and would "
+		"read neither: the window would let resent content through unseen.",
+		"Leave content windows off on a distributed inbox, or turn them off (inbox_set_content_window(scope, "
+		"NULL, 'off')) before inbox_distribute()."
+	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */
@@ -197,6 +205,24 @@ inbox_refuse_if_distributed(InboxRefusal which)
 			 errmsg("inbox cannot %s when inbox.entries is distributed by Citus", r->what),
 			 errdetail("%s", r->why),
 			 r->hint ? errhint("%s", r->hint) : 0));
+}
+
+/*
+ * inbox.refuse_if_distributed(what text): the refusals for the functions
+ * written in SQL, by name
+ */
+PG_FUNCTION_INFO_V1(inbox_refuse_if_distributed_sql);
+
+Datum
+inbox_refuse_if_distributed_sql(PG_FUNCTION_ARGS)
+{
+	char	   *what = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	if (strcmp(what, "content_window") == 0)
+		inbox_refuse_if_distributed(INBOX_REFUSE_CONTENT_WINDOW);
+	else
+		elog(ERROR, "unknown refusal \"%s\"", what);
+	PG_RETURN_VOID();
 }
 
 /*

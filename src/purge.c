@@ -637,7 +637,7 @@ inbox_purge_observe(MemoryContext cxt)
 
 	values[0] = IntervalPGetDatum(seconds_interval(retention_s));
 	values[1] = IntervalPGetDatum(seconds_interval(idle_s));
-	inbox_window_purge(values[0], purge_batch_size);
+	inbox_window_purge(purge_batch_size);
 	if (inbox_entries_distributed())
 		return observe_distributed(values, cxt);
 	if (!inbox_sql_older_than(PURGE_SCHEDULE_SINCE))

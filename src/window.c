@@ -40,8 +40,9 @@
  * claim of a scope with one runs a statement more.
  *
  * The retention purge (purge.c, the worker and inbox_purge()) removes the
- * content rows older than their scope's window, and the listed content
- * duplicates older than the scope's retention.
+ * content rows whose window ended, and the listed content duplicates
+ * older than the scope's retention when they were listed: both by an
+ * index on their expires_at, so a pass reads only what expired.
  *
  * src/window.c
  *
@@ -90,44 +91,46 @@ static bool windows_callback_registered = false;
 
 /* A claim's content row: the first id of the content within the window */
 static const char *const window_claim_sql =
-"INSERT INTO inbox.content_window AS w (scope, payload_hash, message_id, seen_at) "
-"VALUES ($1, $2, $3, pg_catalog.now()) "
+"INSERT INTO inbox.content_window AS w (scope, payload_hash, message_id, seen_at, expires_at) "
+"VALUES ($1, $2, $3, pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4) "
 "ON CONFLICT (scope, payload_hash) DO UPDATE SET "
-"message_id = CASE WHEN w.seen_at OPERATOR(pg_catalog.>) (EXCLUDED.seen_at OPERATOR(pg_catalog.-) $4) "
+"message_id = CASE WHEN w.expires_at OPERATOR(pg_catalog.>) EXCLUDED.seen_at "
 "THEN w.message_id ELSE EXCLUDED.message_id END, "
-"seen_at = CASE WHEN w.seen_at OPERATOR(pg_catalog.>) (EXCLUDED.seen_at OPERATOR(pg_catalog.-) $4) "
-"THEN w.seen_at ELSE EXCLUDED.seen_at END "
+"seen_at = CASE WHEN w.expires_at OPERATOR(pg_catalog.>) EXCLUDED.seen_at "
+"THEN w.seen_at ELSE EXCLUDED.seen_at END, "
+"expires_at = CASE WHEN w.expires_at OPERATOR(pg_catalog.>) EXCLUDED.seen_at "
+"THEN w.expires_at ELSE EXCLUDED.expires_at END "
 "RETURNING w.message_id, w.seen_at";
 
-/* A content duplicate under 'warn', for the view inbox_content_duplicates */
+/*
+ * A content duplicate under 'warn', for the view inbox_content_duplicates,
+ * kept for the scope's retention
+ */
 static const char *const window_listed_sql =
-"INSERT INTO inbox.content_duplicates (scope, message_id, first_message_id, seen_at) "
-"VALUES ($1, $2, $3, pg_catalog.now()) "
+"INSERT INTO inbox.content_duplicates (scope, message_id, first_message_id, seen_at, expires_at) "
+"SELECT $1, $2, $3, pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) "
+"COALESCE((SELECT s.retention FROM inbox.scopes AS s WHERE s.scope OPERATOR(pg_catalog.=) $1), "
+"(SELECT cfg.retention FROM inbox.settings() AS cfg)) "
 "ON CONFLICT (scope, message_id) DO NOTHING";
 
 /*
- * The purge: content rows past their scope's window (or of a scope that
- * has none now), and listed duplicates past the scope's retention, at
- * most $1 rows of each per round.  Rows locked by a claim in flight are
- * skipped, not waited for: the next round takes them.
+ * The purge: the content rows and listed duplicates that expired, by the
+ * index on expires_at, at most $1 of each a pass; rows another purger or
+ * a claim holds are left for the next.
  */
 static const char *const window_purge_sql =
 "DELETE FROM inbox.content_window AS w "
 "WHERE w.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 "SELECT x.ctid FROM inbox.content_window AS x "
-"LEFT JOIN inbox.scopes AS s ON s.scope OPERATOR(pg_catalog.=) x.scope "
-"WHERE s.content_window IS NULL "
-"OR x.seen_at OPERATOR(pg_catalog.<=) (pg_catalog.now() OPERATOR(pg_catalog.-) s.content_window) "
-"LIMIT $1 FOR UPDATE OF x SKIP LOCKED))";
+"WHERE x.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+"ORDER BY x.expires_at LIMIT $1 FOR UPDATE OF x SKIP LOCKED))";
 
 static const char *const listed_purge_sql =
 "DELETE FROM inbox.content_duplicates AS d "
 "WHERE d.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
 "SELECT x.ctid FROM inbox.content_duplicates AS x "
-"LEFT JOIN inbox.scopes AS s ON s.scope OPERATOR(pg_catalog.=) x.scope "
-"WHERE x.seen_at OPERATOR(pg_catalog.<=) "
-"(pg_catalog.now() OPERATOR(pg_catalog.-) COALESCE(s.retention, $2)) "
-"LIMIT $1 FOR UPDATE OF x SKIP LOCKED))";
+"WHERE x.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+"ORDER BY x.expires_at LIMIT $1 FOR UPDATE OF x SKIP LOCKED))";
 
 static SPIPlanPtr window_claim_plan = NULL;
 static SPIPlanPtr window_listed_plan = NULL;
@@ -336,23 +339,21 @@ inbox_window_claimed(const text *scope, const text *message_id,
 
 /*
  * The purge's part for content windows (purge.c): at most limit content
- * rows and limit listed duplicates.  retention is inbox.retention, as an
- * interval, for the scopes that do not override it.  The caller holds an
- * SPI connection and a snapshot.
+ * rows and limit listed duplicates, of those that expired.  The caller
+ * holds an SPI connection and a snapshot.
  */
 void
-inbox_window_purge(Datum retention, int limit)
+inbox_window_purge(int limit)
 {
-	Oid			types[2] = {INT4OID, INTERVALOID};
-	Datum		values[2];
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
 
 	if (!OidIsValid(inbox_relid("content_window")))
 		return;					/* SQL older than content windows */
 	values[0] = Int32GetDatum(limit);
-	values[1] = retention;
 	(void) inbox_execute_plan(inbox_plan(&window_purge_plan, window_purge_sql, 1, types),
 							  values, NULL, SPI_OK_DELETE, "the purge of content windows");
-	(void) inbox_execute_plan(inbox_plan(&listed_purge_plan, listed_purge_sql, 2, types),
+	(void) inbox_execute_plan(inbox_plan(&listed_purge_plan, listed_purge_sql, 1, types),
 							  values, NULL, SPI_OK_DELETE, "the purge of content duplicates");
 }
 

@@ -17,6 +17,6 @@ extern bool inbox_window_known_off(const text *scope);
 extern bool inbox_window_on(const text *scope);
 extern void inbox_window_claimed(const text *scope, const text *message_id,
 								 const bytea *payload_hash, const char *where);
-extern void inbox_window_purge(Datum retention, int limit);
+extern void inbox_window_purge(int limit);
 
 #endif							/* INBOX_WINDOW_H */

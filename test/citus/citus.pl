@@ -27,7 +27,8 @@
 #   - the deferred mode by receipt, each step as its role: receive, poll
 #     under a lease, extend, fail, complete in the effect's transaction,
 #     dead letters, which an operator reads, as the grants;
-#   - refused with 0A000 and their reason: session-bound takes (inbox_take,
+#   - refused with 0A000 and their reason: content windows (and
+#     inbox_distribute while a scope keeps one), session-bound takes (inbox_take,
 #     inbox_poll without a lease), inbox.claim_timeout in a claim the
 #     coordinator runs, and calls with a FROM clause of one row, which
 #     crash Citus 13.2 (the server must stay up);
@@ -130,6 +131,11 @@ like(fails($coord, q{SET ROLE billing_consumer; SELECT inbox_distribute('orders'
 is($coord->sql(q{SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'inbox.%'}),
 	'0', 'and nothing was distributed by the refusals');
 
+$coord->sql(q{SELECT inbox_set_content_window('billing', '1 hour', 'reject')});
+like(fails($coord, q{SELECT inbox_distribute('orders')}),
+	qr/0A000: inbox_distribute cannot distribute an inbox whose scopes keep content windows/,
+	'inbox_distribute refuses while a scope keeps a content window');
+$coord->sql(q{SELECT inbox_set_content_window('billing', NULL, 'off')});
 is(fails($coord, q{SELECT inbox_distribute('orders')}), '', 'inbox_distribute(orders)');
 is( $coord->sql(q{
 		SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY logicalrelid::text)
@@ -412,6 +418,7 @@ my %refused = (
 	'inbox_poll without a lease' => q{SELECT * FROM inbox_poll('jobs', 1, NULL)},
 	'inbox.claim_timeout, in a claim the coordinator runs' =>
 	  q{SET inbox.claim_timeout = 100; SELECT count(inbox_claim('billing', 'c' || g)) FROM (VALUES (1), (2)) AS v(g)},
+	'a content window' => q{SELECT inbox_set_content_window('billing', '1 hour', 'reject')},
 );
 for my $api (sort keys %refused)
 {
@@ -421,6 +428,9 @@ for my $api (sort keys %refused)
 }
 is($coord->sql(q{SELECT count(*) FROM inbox.entries WHERE message_id = 'c1'}),
 	'0', 'the refused claim wrote nothing');
+is($coord->sql(q{SELECT inbox_set_content_window('billing', NULL, 'off');
+	SELECT count(*) FROM inbox.scopes WHERE content_window IS NOT NULL}),
+	'0', 'turning a content window off works, and no scope keeps one');
 like(fails($nodes[1], q{SELECT inbox_purge()}),
 	qr/0A000: inbox cannot purge on a Citus worker \(inbox_purge\)/,
 	'inbox_purge() on a worker is refused: the coordinator purges');

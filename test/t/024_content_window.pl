@@ -68,9 +68,9 @@ $session->quit;
 $node->sql(q{
 	SELECT inbox_set_content_window('audit', '1 hour', 'warn');
 	SELECT inbox_claim('audit', 'A-1', sha256('login ann')), inbox_claim('audit', 'A-2', sha256('login ann'));
-	UPDATE inbox.content_window SET seen_at = seen_at - interval '61 minutes'
+	UPDATE inbox.content_window SET seen_at = seen_at - interval '61 minutes', expires_at = expires_at - interval '61 minutes'
 	 WHERE scope = 'payments';
-	UPDATE inbox.content_duplicates SET seen_at = seen_at - interval '61 minutes'
+	UPDATE inbox.content_duplicates SET seen_at = seen_at - interval '61 minutes', expires_at = expires_at - interval '61 minutes'
 	 WHERE scope = 'audit';
 });
 ok($node->poll_query_until('postgres',
