@@ -289,7 +289,7 @@ if [ "$skip_claims" = 0 ]; then
 #
 # The variants: name, script, scope, and a short description for the table.
 #
-all_variants="a b0 b c d h c2 h1 c1 hb cm2 hb1 cm c0 o"
+all_variants="a b0 b c d cw h c2 h1 c1 hb cm2 hb1 cm c0 o"
 # BENCH_VARIANTS="c0 o" runs a subset (ratios need both of their variants)
 read -r -a variants <<<"${BENCH_VARIANTS:-$all_variants}"
 for v in "${variants[@]}"; do
@@ -299,10 +299,10 @@ for v in "${variants[@]}"; do
 	esac
 done
 declare -A script scope desc
-script=([a]=bare.sql [b0]=handmade_flat.sql [b]=handmade.sql [c]=claim.sql [d]=claim.sql
+script=([a]=bare.sql [b0]=handmade_flat.sql [b]=handmade.sql [c]=claim.sql [d]=claim.sql [cw]=claim.sql
 	[h]=hand.sql [c2]=claim_const.sql [h1]=hand_one.sql [c1]=claim_one.sql
 	[hb]=hand_batch.sql [cm2]=claim_many_two.sql [hb1]=hand_batch_one.sql [cm]=claim_many.sql [c0]=claim_alone.sql [o]=offset.sql)
-scope=([a]=bench [b0]=bench [b]=bench [c]=bench [d]=dup [h]=billing [c2]=bench
+scope=([a]=bench [b0]=bench [b]=bench [c]=bench [d]=dup [cw]=windowed [h]=billing [c2]=bench
 	[h1]=billing [c1]=bench [hb]=billing [cm2]=bench [hb1]=billing [cm]=bench [c0]=bench [o]=streams)
 desc=(
 	[a]="bare business transaction: INSERT into orders"
@@ -310,6 +310,7 @@ desc=(
 	[b]="hand-written inbox: INSERT ON CONFLICT + SELECT hash + INSERT"
 	[c]="inbox_claim() (fresh) + INSERT"
 	[d]="inbox_claim() of a duplicate, no INSERT"
+	[cw]="inbox_claim() (fresh) + INSERT, in a scope with a content window"
 	[h]="the SQL users copy: one statement + INSERT, constant hash"
 	[c2]="inbox_claim() with the constant hash of (h) + INSERT"
 	[h1]="hand-written, claim and effect in one statement"
@@ -388,7 +389,7 @@ run_variant()
 	read -r -a a <<<"$after"
 	local n=$processed
 	case $v in
-		a) exp=("$n" 0 0 0 0 0) ;;
+		a | cw) exp=("$n" 0 0 0 0 0) ;;
 		b0) exp=("$n" 0 0 0 "$n" 0) ;;
 		b) exp=("$n" 0 0 "$n" 0 0) ;;
 		c | c2 | c1) exp=("$n" "$n" 0 0 0 0) ;;
@@ -498,6 +499,7 @@ ratio o c0 ge 1.5
 ratio c b ge 1.0
 ratio c b0 none 0
 ratio c a ge 0.85
+ratio cw c ge 0.85
 ratio h a none 0
 ratio d c gt 1
 echo

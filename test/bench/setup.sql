@@ -51,6 +51,12 @@ CREATE TABLE hand_inbox (scope text COLLATE "C" NOT NULL, message_id text COLLAT
 CREATE INDEX ON hand_inbox (received_at);
 
 /*
+ * (cw): the claims of (c) in a scope with a content window, whose every
+ * content is new (the hash follows the id): what the window costs a claim.
+ */
+SELECT inbox_set_content_window('windowed', '1 hour', 'warn');
+
+/*
  * The ids that (d) redelivers, claimed the way claim.sql claims them (the
  * same hash expression), so that every claim of (d) returns false.
  */
