@@ -879,6 +879,10 @@ ALTER TABLE inbox.scopes
 			   AND content_window OPERATOR(pg_catalog.>) '0'::interval
 			   AND content_action IN ('warn', 'reject'));
 
+-- What every backend reads to cache the content windows (src/window.c):
+-- the few scopes that keep one, however many scopes there are
+CREATE INDEX scopes_content_window ON inbox.scopes (scope) WHERE content_window IS NOT NULL;
+
 -- Refuse what cannot work on a distributed inbox.entries, by name, with
 -- the reason (src/distributed.c)
 CREATE FUNCTION inbox.refuse_if_distributed(what text)

@@ -243,6 +243,10 @@ CREATE TABLE inbox.scopes (
 
 COMMENT ON TABLE inbox.scopes IS 'per-scope retention override and retention clock';
 
+-- What every backend reads to cache the content windows (src/window.c):
+-- the few scopes that keep one, however many scopes there are
+CREATE INDEX scopes_content_window ON inbox.scopes (scope) WHERE content_window IS NOT NULL;
+
 REVOKE ALL ON TABLE inbox.scopes FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.scopes', '');
 
