@@ -90,6 +90,13 @@ static const Refusal refusals[] = {
 		"worker's inbox.scopes is not theirs, and a purge here would apply the wrong retention.",
 		"Run inbox_purge() on the coordinator, or let its purge worker run."
 	},
+	[INBOX_REFUSE_OUTBOX] = {
+		"use the outbox (outbox_send, outbox_fetch and their kin) beside a distributed inbox",
+		"The outbox's tables are local to the coordinator: a send there is not part of the single-shard "
+		"write of the business row it must commit with, and a key's order would not follow the commits "
+		"made on the workers.",
+		"Use the outbox in a database whose inbox is not distributed; docs/scale-out.md says more."
+	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */
