@@ -29,6 +29,7 @@ OBJS = \
 	src/offsets.o \
 	src/forget.o \
 	src/purge.o \
+	src/outbox.o \
 	src/guard.o \
 	src/window.o \
 	src/events.o \
@@ -57,14 +58,14 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred poll ranges streams forget limits direct_guard content_window drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll ranges streams forget limits outbox direct_guard content_window drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
 	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
 	scope_grants drop_guard purge_private_locks claim_many offsets_race forget_race poll_receipts \
-	deferred_front content_window
+	deferred_front content_window outbox_order outbox_relays
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 

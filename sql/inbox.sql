@@ -20,12 +20,14 @@
  *	 8. Grants and bundles  scope grants; bundles of API privileges
  *	 9. Monitoring          the operators' views, inbox_stats_reset
  *	10. Scale-out           inbox_distribute, the Citus drop path
+ *	11. Outbox              outbox_send: messages to deliver, ordered by commit
  *
  * Each section holds everything of its feature: tables, internal
  * functions, implementations, entry points, views, comments and
  * privileges.  It uses only what it or an earlier section defines; the one
  * exception is the list of the bundles' objects (section 8), which names
- * the views of section 9 as text.
+ * the views of section 9 and the functions and views of section 11 as
+ * text.
  *
  * Everything is schema-qualified, and every implementation (SECURITY
  * DEFINER, in C or SQL) pins its search_path, so that nothing a caller
@@ -2249,7 +2251,8 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_purge() FROM PUBLIC;
  * Grant bundles.  A bundle is the set of API functions and views one kind
  * of role needs: consumer (claims), receiver (receives), worker (takes,
  * polls, completions, failures and lease extensions), streams (offset
- * claims) and operator (the views and requeue).  inbox_grant_bundle and
+ * claims), operator (the views and requeue), publisher (outbox sends)
+ * and relay (the outbox relay's API, section 11).  inbox_grant_bundle and
  * inbox_revoke_bundle grant or revoke all of a bundle at once; they
  * belong to the extension's owner, whose privileges their entry point
  * checks as it does for inbox_grant.
@@ -2540,7 +2543,7 @@ AS 'MODULE_PATHNAME', 'inbox_enter_admin'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.inbox_grant_bundle(regrole, text) IS
-'grant a role every function and view of a bundle: consumer, receiver, worker, streams or operator';
+'grant a role every function and view of a bundle: consumer, receiver, worker, streams, operator, publisher or relay';
 
 CREATE FUNCTION @extschema@.inbox_revoke_bundle(role regrole, bundle text)
 RETURNS void
@@ -2564,7 +2567,8 @@ COMMENT ON VIEW @extschema@.inbox_bundles IS
 
 -- The bundles.  Objects are named as text, resolved only when a bundle is
 -- granted, revoked or listed; the operator views inbox_stats and
--- inbox_dead_letters are those of section 9.
+-- inbox_dead_letters are those of section 9, the outbox's objects those of
+-- section 11.
 INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('consumer', 'function', '@extschema@.inbox_claim(text, text, bytea)'),
 	('consumer', 'function', '@extschema@.inbox_claim_many(text, text[], bytea[], text)'),
@@ -2592,7 +2596,18 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('operator', 'view', '@extschema@.inbox_forget_log'),
 	('operator', 'function', '@extschema@.inbox_requeue(text, text)'),
 	('operator', 'view', '@extschema@.inbox_bundles'),
-	('operator', 'view', '@extschema@.inbox_content_duplicates');
+	('operator', 'view', '@extschema@.inbox_content_duplicates'),
+	('publisher', 'function', '@extschema@.outbox_send(text, text, jsonb, jsonb, uuid)'),
+	('publisher', 'function', '@extschema@.outbox_send(text, text, bytea, jsonb, uuid)'),
+	('publisher', 'function', '@extschema@.outbox_send_many(text, text[], jsonb[], jsonb)'),
+	('relay', 'function', '@extschema@.outbox_targets()'),
+	('relay', 'function', '@extschema@.outbox_fetch(text, integer, interval, interval)'),
+	('relay', 'function', '@extschema@.outbox_ack(uuid)'),
+	('relay', 'function', '@extschema@.outbox_fail(uuid, text, interval)'),
+	('operator', 'view', '@extschema@.outbox_stats'),
+	('operator', 'view', '@extschema@.outbox_dead_letters'),
+	('operator', 'view', '@extschema@.outbox_routes'),
+	('operator', 'function', '@extschema@.outbox_requeue(uuid)');
 
 REVOKE ALL ON FUNCTION inbox.inbox_grant(text, regrole) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_revoke(text, regrole) FROM PUBLIC;
@@ -3047,3 +3062,1011 @@ $$;
 REVOKE ALL ON FUNCTION inbox.delegated_functions() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_distribute(regclass) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
+
+-- ======================================================================
+-- 11. Outbox
+-- ======================================================================
+
+/*
+ * The transactional outbox: what a transaction has to say to the world,
+ * written in that transaction (outbox_send), and delivered after it
+ * commits by a relay that acts through the API below (outbox_fetch,
+ * outbox_ack, outbox_fail).  A rollback, a savepoint's rollback or a
+ * crash before COMMIT leaves nothing to send; PREPARE TRANSACTION keeps
+ * the messages until COMMIT PREPARED.
+ *
+ * Tables:
+ *
+ *	outbox_keys        one row per (topic, key): the last position given
+ *	outbox_messages    one row per message, written once and never updated
+ *	                   (Debezium's outbox event router can read it: id,
+ *	                   topic as aggregatetype, key as aggregateid, payload)
+ *	outbox_deliveries  one row per (message, target): its delivery state
+ *	outbox_routes      which targets each topic goes to
+ *
+ * Per-key order is commit order.  A send takes its message's position in
+ * its key with an upsert of the key's row in outbox_keys (last = last + 1),
+ * whose row lock it holds until it commits or aborts.  A second sender on
+ * the same key waits for the first to end, and reads the position the
+ * first committed (or, if it aborted, the one before): so positions of a
+ * key are gapless and follow commit order, and an aborted send leaves no
+ * hole.  Sequences and transaction ids are assigned before commit, and
+ * order by them can be other than the order of the commits.  The lock is
+ * released after the commit is visible, so any snapshot that sees a
+ * key's position n sees every position before it.
+ *
+ * Deadlocks: outbox_send_many locks its keys in one order (byte order of
+ * the key), so two batches over the same keys never wait on each other
+ * in a circle.  Separate outbox_send calls lock in the order they are
+ * made: two transactions that send to keys a and b in opposite orders can
+ * deadlock, as two UPDATEs of the same rows would, and PostgreSQL then
+ * aborts one of them.  Sends to one key in a transaction keep their call
+ * order.
+ *
+ * Delivery.  A send writes a row in outbox_deliveries for each route of
+ * its topic ('p', pending); a route added later applies to later sends.
+ * For a target, a key's head is its lowest pending position: outbox_fetch
+ * hands out only heads, each under a lease (a receipt and lease_until),
+ * so a key's next message waits until the previous one is acknowledged
+ * (outbox_ack: 's', sent) or dead-lettered (outbox_fail after the last
+ * attempt: 'x', dead).  A failing message blocks its key for that target
+ * only.  Fetch walks the pending rows of its target key by key, through a
+ * partial index that holds pending rows only: its cost follows what is
+ * pending, not how many keys or messages ever existed.
+ *
+ * Two relays never hold one message at once: a fetch locks each head it
+ * picks (FOR UPDATE SKIP LOCKED) and re-checks, on the row's latest
+ * version, that it is still pending and unleased before it leases it.
+ *
+ * Wake-ups: a send notes its targets, and its commit wakes the relays
+ * waiting in outbox_fetch on them (src/outbox.c, src/wakeup.c).
+ *
+ * Retention: the purge (the worker and inbox_purge()) deletes messages
+ * older than inbox.outbox_retention whose every delivery is sent, in
+ * batches of inbox.purge_batch_size.  Pending and dead messages stay.
+ *
+ * Topics are reserved to roles as scopes are: outbox_send and
+ * outbox_send_many are entry points that check the scope grants for their
+ * topic (inbox_grant(topic, role)); a topic and a scope of the same name
+ * share their grants.  On a database whose inbox is distributed by Citus,
+ * the outbox refuses to run (docs/scale-out.md).
+ */
+
+/* Time-ordered ids (src/outbox.c): PostgreSQL before 18 has no uuidv7() */
+CREATE FUNCTION inbox.uuid_v7()
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'inbox_uuid_v7'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+-- The checks of a send and of a target, and the outbox's limits (src/inbox.h)
+CREATE FUNCTION inbox.outbox_check(topic text, key text, payload_bytes bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_outbox_check'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.outbox_check_target(target text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_outbox_check_target'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.outbox_limits(OUT topic_bytes integer, OUT key_bytes integer,
+									OUT target_bytes integer, OUT payload_bytes integer,
+									OUT batch integer)
+AS 'MODULE_PATHNAME', 'inbox_outbox_limits'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+-- Waking the relays that wait on a target, at commit (src/outbox.c)
+CREATE FUNCTION inbox.outbox_wake(target text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_outbox_wake'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.outbox_generation(target text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_outbox_generation'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.outbox_sleep(target text, generation bigint, until timestamptz)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_outbox_sleep'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+-- inbox.outbox_retention, as an interval
+CREATE FUNCTION inbox.outbox_retention()
+RETURNS interval
+AS 'MODULE_PATHNAME', 'inbox_outbox_retention'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * The last position given in each key.  A send holds its key's row lock
+ * until it ends: see the banner.  The rows stay when the key's messages
+ * are purged, so that a key's positions never start over below a
+ * delivery still pending.
+ */
+CREATE TABLE inbox.outbox_keys (
+	topic text COLLATE pg_catalog."C" NOT NULL,
+	key text COLLATE pg_catalog."C" NOT NULL,
+	last bigint NOT NULL,
+	CONSTRAINT outbox_keys_pkey PRIMARY KEY (topic, key)
+);
+
+COMMENT ON TABLE inbox.outbox_keys IS
+'per outbox key, the last position given: the row lock that orders a key''s sends';
+
+REVOKE ALL ON TABLE inbox.outbox_keys FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_keys', '');
+
+/*
+ * The messages, insert-only.  Exactly one of payload and payload_bytes is
+ * set.  The limits repeat those of src/inbox.h, for rows that arrive by
+ * COPY.
+ */
+CREATE TABLE inbox.outbox_messages (
+	id uuid NOT NULL,
+	topic text COLLATE pg_catalog."C" NOT NULL,
+	key text COLLATE pg_catalog."C" NOT NULL,
+	position bigint NOT NULL,
+	payload jsonb,
+	payload_bytes bytea,
+	headers jsonb,
+	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT outbox_messages_pkey PRIMARY KEY (id),
+	CONSTRAINT outbox_messages_topic_length
+		CHECK (pg_catalog.octet_length(topic) OPERATOR(pg_catalog.<=) 256),
+	CONSTRAINT outbox_messages_key_length
+		CHECK (pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 1024),
+	CONSTRAINT outbox_messages_one_payload
+		CHECK ((payload IS NULL) OPERATOR(pg_catalog.<>) (payload_bytes IS NULL))
+);
+
+COMMENT ON TABLE inbox.outbox_messages IS
+'one row per message sent through the outbox, never updated; delivery state is in outbox_deliveries';
+
+-- The purge finds the oldest messages through this index
+CREATE INDEX outbox_messages_created_at ON inbox.outbox_messages (created_at);
+
+REVOKE ALL ON TABLE inbox.outbox_messages FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_messages', '');
+
+/*
+ * Delivery state, per (message, target).  state: 'p' pending, 's' sent,
+ * 'x' dead.  due: when a pending message may next be fetched (its send,
+ * or the end of its retry delay); receipt and lease_until: the lease of
+ * the fetch that holds it; attempts: the fetches it had.
+ */
+CREATE TABLE inbox.outbox_deliveries (
+	id uuid NOT NULL,
+	target text COLLATE pg_catalog."C" NOT NULL,
+	topic text COLLATE pg_catalog."C" NOT NULL,
+	key text COLLATE pg_catalog."C" NOT NULL,
+	position bigint NOT NULL,
+	queued_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	state "char" NOT NULL DEFAULT 'p',
+	attempts integer NOT NULL DEFAULT 0,
+	due timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	receipt uuid,
+	lease_until timestamptz,
+	last_error text,
+	finished_at timestamptz,
+	CONSTRAINT outbox_deliveries_pkey PRIMARY KEY (id, target),
+	CONSTRAINT outbox_deliveries_state
+		CHECK (state OPERATOR(pg_catalog.=) ANY (ARRAY['p', 's', 'x']::"char"[]))
+);
+
+COMMENT ON TABLE inbox.outbox_deliveries IS
+'per outbox message and target: pending, sent or dead, attempts and lease';
+
+-- The pending rows of a target, key by key in position order: what a
+-- fetch walks.  Sent and dead rows stay out of it.
+CREATE INDEX outbox_deliveries_open ON inbox.outbox_deliveries (target, topic, key, position)
+	WHERE state OPERATOR(pg_catalog.=) 'p'::"char";
+
+-- The lease that holds a delivery, for outbox_ack and outbox_fail
+CREATE INDEX outbox_deliveries_receipt ON inbox.outbox_deliveries (receipt)
+	WHERE receipt IS NOT NULL;
+
+-- Dead letters, in an index of their own
+CREATE INDEX outbox_deliveries_dead ON inbox.outbox_deliveries (target, finished_at)
+	WHERE state OPERATOR(pg_catalog.=) 'x'::"char";
+
+REVOKE ALL ON TABLE inbox.outbox_deliveries FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_deliveries', '');
+
+/*
+ * Where each topic goes.  A target is a URL that the relay reads; it
+ * never holds a secret (outbox_route refuses one): the relay reads them
+ * from its own secrets file.  options: max_attempts (before a message is
+ * dead), backoff and max_backoff (the first retry delay, and the most it
+ * grows to), and whatever else the relay reads.
+ */
+CREATE TABLE inbox.outbox_routes (
+	topic text COLLATE pg_catalog."C" NOT NULL,
+	target text COLLATE pg_catalog."C" NOT NULL,
+	options jsonb NOT NULL DEFAULT '{}',
+	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT outbox_routes_pkey PRIMARY KEY (topic, target),
+	CONSTRAINT outbox_routes_topic_length
+		CHECK (pg_catalog.octet_length(topic) OPERATOR(pg_catalog.<=) 256),
+	CONSTRAINT outbox_routes_target_length
+		CHECK (pg_catalog.octet_length(target) OPERATOR(pg_catalog.<=) 2048)
+);
+
+COMMENT ON TABLE inbox.outbox_routes IS 'the targets each outbox topic is delivered to';
+
+REVOKE ALL ON TABLE inbox.outbox_routes FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_routes', '');
+
+-- The implementations
+
+/*
+ * inbox.outbox_write: one send (see the banner).  A caller's id that
+ * exists already is the same send again when its topic, key, payload and
+ * headers are the same: it returns the id and writes nothing; else IB002.
+ * Two sends of one new id race on the primary key: the loser gives back
+ * the position it took (it still holds its key's row) and compares.
+ */
+CREATE FUNCTION inbox.outbox_write(p_topic text, p_key text, p_payload jsonb, p_bytes bytea,
+								   p_headers jsonb, p_id uuid)
+RETURNS uuid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	new_id uuid := p_id;
+	pos bigint;
+	old inbox.outbox_messages;
+BEGIN
+	PERFORM inbox.outbox_check(p_topic, p_key,
+							   coalesce(pg_catalog.pg_column_size(p_payload),
+										pg_catalog.pg_column_size(p_bytes)));
+	IF p_id IS NULL THEN
+		new_id := inbox.uuid_v7();
+	ELSE
+		SELECT m.* INTO old FROM inbox.outbox_messages AS m WHERE m.id OPERATOR(pg_catalog.=) p_id;
+		IF FOUND THEN
+			PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
+			RETURN p_id;
+		END IF;
+	END IF;
+	INSERT INTO inbox.outbox_keys AS k (topic, key, last)
+	VALUES (p_topic, p_key, 1)
+	ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
+	RETURNING k.last INTO pos;
+	INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, payload_bytes, headers)
+	VALUES (new_id, p_topic, p_key, pos, p_payload, p_bytes, p_headers)
+	ON CONFLICT ON CONSTRAINT outbox_messages_pkey DO NOTHING;
+	IF NOT FOUND THEN
+		UPDATE inbox.outbox_keys AS k SET last = k.last OPERATOR(pg_catalog.-) 1
+		 WHERE k.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
+		   AND k.key OPERATOR(pg_catalog.=) p_key COLLATE "C";
+		SELECT m.* INTO STRICT old FROM inbox.outbox_messages AS m WHERE m.id OPERATOR(pg_catalog.=) p_id;
+		PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
+		RETURN p_id;
+	END IF;
+	PERFORM inbox.outbox_wake(r.target) FROM inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	INSERT INTO inbox.outbox_deliveries AS d (id, target, topic, key, position)
+	SELECT new_id, r.target, p_topic, p_key, pos
+	  FROM inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	RETURN new_id;
+END
+$$;
+
+-- Raise IB002 unless a message already sent with a caller's id is this one
+CREATE FUNCTION inbox.outbox_same(old inbox.outbox_messages, p_topic text, p_key text,
+								  p_payload jsonb, p_bytes bytea, p_headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF (old.topic, old.key, old.payload, old.payload_bytes, old.headers)
+	   IS DISTINCT FROM (p_topic, p_key, p_payload, p_bytes, p_headers) THEN
+		RAISE EXCEPTION 'outbox message % was sent with other content', old.id
+			USING ERRCODE = 'IB002',
+				  DETAIL = pg_catalog.format('It was sent to topic "%s" with key "%s"; its topic, key, '
+											 'payload and headers must all be the same again.',
+											 inbox.quote(old.topic), inbox.quote(old.key)),
+				  HINT = 'A retried send keeps its id and its content; a new message needs a new id.';
+	END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.outbox_send(topic text, key text, payload jsonb,
+								  headers jsonb DEFAULT NULL, id uuid DEFAULT NULL)
+RETURNS uuid
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT inbox.outbox_write($1, $2, $3, NULL, $4, $5)
+$$;
+
+CREATE FUNCTION inbox.outbox_send(topic text, key text, payload bytea,
+								  headers jsonb DEFAULT NULL, id uuid DEFAULT NULL)
+RETURNS uuid
+LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT inbox.outbox_write($1, $2, NULL, $3, $4, $5)
+$$;
+
+/*
+ * Many messages of one topic: keys[i] with payloads[i], ids in the order
+ * of the arrays.  The keys are locked first, in byte order, all at once
+ * (see the banner); each key's positions then follow the arrays' order.
+ */
+CREATE FUNCTION inbox.outbox_send_many(topic text, keys text[], payloads jsonb[],
+									   headers jsonb DEFAULT NULL)
+RETURNS uuid[]
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_topic text := outbox_send_many.topic;
+	p_keys text[] := outbox_send_many.keys;
+	p_payloads jsonb[] := outbox_send_many.payloads;
+	p_headers jsonb := outbox_send_many.headers;
+	n integer := coalesce(pg_catalog.cardinality(p_keys), 0);
+	ids uuid[];
+BEGIN
+	IF p_keys IS NULL OR p_payloads IS NULL THEN
+		RAISE EXCEPTION 'keys and payloads must not be null'
+			USING ERRCODE = '22004',
+				  HINT = 'Pass two arrays of the same length, empty ones to send nothing.';
+	END IF;
+	IF n OPERATOR(pg_catalog.<>) pg_catalog.cardinality(p_payloads) THEN
+		RAISE EXCEPTION 'keys and payloads must have the same length'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('There are %s keys and %s payloads.', n,
+											 pg_catalog.cardinality(p_payloads));
+	END IF;
+	IF n OPERATOR(pg_catalog.>) (SELECT l.batch FROM inbox.outbox_limits() AS l) THEN
+		RAISE EXCEPTION 'too many messages in one outbox_send_many'
+			USING ERRCODE = '54000',
+				  DETAIL = pg_catalog.format('There are %s; the limit is %s.', n,
+											 (SELECT l.batch FROM inbox.outbox_limits() AS l)),
+				  HINT = 'Send them in several calls, in one transaction if they must commit together.';
+	END IF;
+	IF n OPERATOR(pg_catalog.=) 0 THEN
+		RETURN '{}';
+	END IF;
+	PERFORM inbox.outbox_check(p_topic, u.k, pg_catalog.pg_column_size(u.p))
+	   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads)) AS u(k, p);
+	ids := ARRAY(SELECT inbox.uuid_v7() FROM pg_catalog.generate_series(1, n));
+
+	WITH items AS (
+		SELECT u.i, u.k, u.p, ids[u.i] AS id,
+			   pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS r,
+			   pg_catalog.count(*) OVER (PARTITION BY u.k) AS c
+		  FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads))
+			   WITH ORDINALITY AS u(k, p, i)),
+	locked AS (
+		INSERT INTO inbox.outbox_keys AS k (topic, key, last)
+		SELECT p_topic, g.k, g.c
+		  FROM (SELECT DISTINCT it.k COLLATE "C" AS k, it.c FROM items AS it
+				 ORDER BY 1) AS g
+		ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE
+		   SET last = k.last OPERATOR(pg_catalog.+) EXCLUDED.last
+		RETURNING k.key, k.last),
+	messages AS (
+		INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, headers)
+		SELECT it.id, p_topic, it.k, l.last OPERATOR(pg_catalog.-) it.c OPERATOR(pg_catalog.+) it.r,
+			   it.p, p_headers
+		  FROM items AS it
+		  JOIN locked AS l ON l.key OPERATOR(pg_catalog.=) it.k COLLATE "C"
+		RETURNING m.id, m.key, m.position)
+	INSERT INTO inbox.outbox_deliveries AS d (id, target, topic, key, position)
+	SELECT ms.id, r.target, p_topic, ms.key, ms.position
+	  FROM messages AS ms
+	 CROSS JOIN inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+
+	PERFORM inbox.outbox_wake(r.target) FROM inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	RETURN ids;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.outbox_send(text, text, jsonb, jsonb, uuid) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.outbox_send(text, text, bytea, jsonb, uuid) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) IS
+'implementation behind the API function of the same name; call that one';
+
+/*
+ * inbox.outbox_lease(target, max, lease_until, now): lease up to max
+ * heads of target's keys, due and unleased at now, oldest due first.  The
+ * heads come from a skip scan of the open index: one probe per pending
+ * key.  The picked rows are locked with SKIP LOCKED, and the lock
+ * re-checks them on their latest version: a head another relay leased or
+ * acknowledged since this statement's snapshot is passed over.
+ */
+CREATE FUNCTION inbox.outbox_lease(p_target text, p_max integer, p_until timestamptz,
+								   p_now timestamptz)
+RETURNS TABLE (id uuid, topic text, key text, "position" bigint, payload jsonb,
+			   payload_bytes bytea, headers jsonb, created_at timestamptz,
+			   attempts integer, receipt uuid, lease_until timestamptz)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH RECURSIVE heads AS (
+		(SELECT d.topic, d.key, d.id, d.due, d.lease_until
+		   FROM inbox.outbox_deliveries AS d
+		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+		  ORDER BY d.topic, d.key, d.position
+		  LIMIT 1)
+		UNION ALL
+		SELECT n.topic, n.key, n.id, n.due, n.lease_until
+		  FROM heads AS h
+		 CROSS JOIN LATERAL (
+			SELECT d.topic, d.key, d.id, d.due, d.lease_until
+			  FROM inbox.outbox_deliveries AS d
+			 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+			   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+			   AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
+			 ORDER BY d.topic, d.key, d.position
+			 LIMIT 1) AS n),
+	picked AS (
+		SELECT d.id
+		  FROM inbox.outbox_deliveries AS d
+		 WHERE d.id OPERATOR(pg_catalog.=) ANY (ARRAY(
+				SELECT h.id FROM heads AS h
+				 WHERE h.due OPERATOR(pg_catalog.<=) p_now
+				   AND (h.lease_until IS NULL OR h.lease_until OPERATOR(pg_catalog.<=) p_now)
+				 ORDER BY h.due, h.id
+				 LIMIT p_max))
+		   AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+		   AND d.due OPERATOR(pg_catalog.<=) p_now
+		   AND (d.lease_until IS NULL OR d.lease_until OPERATOR(pg_catalog.<=) p_now)
+		   FOR UPDATE SKIP LOCKED),
+	leased AS (
+		UPDATE inbox.outbox_deliveries AS d
+		   SET receipt = pg_catalog.gen_random_uuid(), lease_until = p_until,
+			   attempts = d.attempts OPERATOR(pg_catalog.+) 1
+		  FROM picked AS p
+		 WHERE d.id OPERATOR(pg_catalog.=) p.id
+		   AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+		RETURNING d.id, d.topic, d.key, d.position, d.attempts, d.receipt, d.lease_until)
+	SELECT l.id, l.topic, l.key, l.position, m.payload, m.payload_bytes, m.headers,
+		   m.created_at, l.attempts, l.receipt, l.lease_until
+	  FROM leased AS l
+	  JOIN inbox.outbox_messages AS m ON m.id OPERATOR(pg_catalog.=) l.id
+	 ORDER BY l.topic, l.key, l.position
+$$;
+
+-- When target's next pending message may become fetchable by the clock
+CREATE FUNCTION inbox.outbox_next_due(p_target text, p_now timestamptz)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT pg_catalog.min(greatest(d.due, coalesce(d.lease_until, d.due)))
+	  FROM inbox.outbox_deliveries AS d
+	 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+	   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+	   AND greatest(d.due, coalesce(d.lease_until, d.due)) OPERATOR(pg_catalog.>) p_now
+$$;
+
+-- Whether a route names the target
+CREATE FUNCTION inbox.outbox_target_known(p_target text)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT EXISTS (SELECT FROM inbox.outbox_routes AS r
+					WHERE r.target OPERATOR(pg_catalog.=) p_target COLLATE "C")
+$$;
+
+/*
+ * inbox.outbox_purge(batch) -> bigint: delete at most batch messages
+ * older than inbox.outbox_retention whose every delivery is sent, with
+ * their deliveries (src/outbox.c).  A message with a pending or dead
+ * delivery stays.  SKIP LOCKED: two purgers never wait for each other.
+ */
+CREATE FUNCTION inbox.outbox_purge(p_batch integer)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	WITH doomed AS (
+		SELECT m.id FROM inbox.outbox_messages AS m
+		 WHERE m.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) inbox.outbox_retention())
+		   AND NOT EXISTS (SELECT FROM inbox.outbox_deliveries AS d
+							WHERE d.id OPERATOR(pg_catalog.=) m.id
+							  AND d.state OPERATOR(pg_catalog.<>) 's'::"char")
+		 ORDER BY m.created_at
+		 LIMIT p_batch
+		   FOR UPDATE SKIP LOCKED),
+	deliveries AS (
+		DELETE FROM inbox.outbox_deliveries AS d USING doomed
+		 WHERE d.id OPERATOR(pg_catalog.=) doomed.id),
+	messages AS (
+		DELETE FROM inbox.outbox_messages AS m USING doomed
+		 WHERE m.id OPERATOR(pg_catalog.=) doomed.id
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM messages
+$$;
+
+/*
+ * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail.
+ * They name no topic, so they are not entry points: SECURITY DEFINER
+ * themselves, granted by the relay bundle (section 8).
+ */
+
+-- The routes, for a relay to know which targets to fetch for
+CREATE FUNCTION @extschema@.outbox_targets()
+RETURNS TABLE (target text, topic text, options jsonb)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT r.target, r.topic, r.options FROM inbox.outbox_routes AS r ORDER BY r.target, r.topic
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_targets() IS
+'the outbox routes, by target: what a relay delivers';
+
+/*
+ * outbox_fetch(target, max_messages, lease, wait): lease up to
+ * max_messages messages for target, at most one per key (its head).  With
+ * wait, a fetch that finds nothing sleeps until a send to target commits,
+ * a retry comes due or wait has passed, and looks again.
+ */
+CREATE FUNCTION @extschema@.outbox_fetch(target text, max_messages integer DEFAULT 100,
+										 lease interval DEFAULT '30 seconds',
+										 wait interval DEFAULT NULL)
+RETURNS TABLE (id uuid, topic text, key text, "position" bigint, payload jsonb,
+			   payload_bytes bytea, headers jsonb, created_at timestamptz,
+			   attempts integer, receipt uuid, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_target text := outbox_fetch.target;
+	p_max integer := outbox_fetch.max_messages;
+	lease_span interval;
+	wait_span interval;
+	deadline timestamptz;
+	generation bigint;
+	t timestamptz;
+BEGIN
+	PERFORM inbox.outbox_check_target(p_target);
+	IF p_max IS NULL OR p_max OPERATOR(pg_catalog.<) 1
+	   OR p_max OPERATOR(pg_catalog.>) (SELECT l.batch FROM inbox.outbox_limits() AS l) THEN
+		RAISE EXCEPTION 'max_messages must be between 1 and %', (SELECT l.batch FROM inbox.outbox_limits() AS l)
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('It is %s.', coalesce(p_max::text, 'NULL'));
+	END IF;
+	lease_span := inbox.check_duration(outbox_fetch.lease, 'lease');
+	IF lease_span IS NULL OR lease_span OPERATOR(pg_catalog.<=) interval '0' THEN
+		RAISE EXCEPTION 'lease must be positive'
+			USING ERRCODE = '22023',
+				  HINT = 'The lease is how long the relay may take to deliver a message before another may.';
+	END IF;
+	wait_span := inbox.check_duration(outbox_fetch.wait, 'wait');
+	IF wait_span IS NOT NULL THEN
+		IF wait_span OPERATOR(pg_catalog.<=) interval '0' THEN
+			RAISE EXCEPTION 'wait must be positive'
+				USING ERRCODE = '22023', HINT = 'Pass NULL not to wait.';
+		END IF;
+		IF wait_span OPERATOR(pg_catalog.>) interval '60 seconds' THEN
+			RAISE EXCEPTION 'wait must be at most 60 seconds'
+				USING ERRCODE = '22023', HINT = 'Wait again when the call returns empty.';
+		END IF;
+		deadline := pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) wait_span;
+	END IF;
+	LOOP
+		IF wait_span IS NOT NULL THEN
+			generation := inbox.outbox_generation(p_target);
+		END IF;
+		t := pg_catalog.clock_timestamp();
+		RETURN QUERY SELECT * FROM inbox.outbox_lease(p_target, p_max, t OPERATOR(pg_catalog.+) lease_span, t);
+		IF FOUND THEN
+			RETURN;
+		END IF;
+		IF NOT inbox.outbox_target_known(p_target) THEN
+			RAISE EXCEPTION 'no outbox route goes to target "%"', inbox.quote(p_target)
+				USING ERRCODE = '42704',
+					  HINT = 'outbox_targets() lists the targets; outbox_route(topic, target) adds one.';
+		END IF;
+		EXIT WHEN wait_span IS NULL OR pg_catalog.clock_timestamp() OPERATOR(pg_catalog.>=) deadline;
+		PERFORM inbox.outbox_sleep(p_target, generation,
+								   least(deadline, inbox.outbox_next_due(p_target, t)));
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_fetch(text, integer, interval, interval) IS
+'lease the next message of each key pending for a target; wait for a send''s commit if none';
+
+-- Mark a leased message delivered, after the target confirmed it.  false:
+-- the receipt no longer holds it (acknowledged already, or its lease ran
+-- out and another fetch took it).
+CREATE FUNCTION @extschema@.outbox_ack(receipt uuid)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_receipt uuid := outbox_ack.receipt;
+	done_target text;
+BEGIN
+	IF p_receipt IS NULL THEN
+		RAISE EXCEPTION 'receipt must not be null'
+			USING ERRCODE = '22004', HINT = 'Pass the receipt outbox_fetch returned with the message.';
+	END IF;
+	UPDATE inbox.outbox_deliveries AS d
+	   SET state = 's', finished_at = pg_catalog.clock_timestamp(), receipt = NULL, lease_until = NULL
+	 WHERE d.receipt OPERATOR(pg_catalog.=) p_receipt
+	   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+	RETURNING d.target INTO done_target;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	-- The key's next message is its head now: wake the relays at commit
+	PERFORM inbox.outbox_wake(done_target);
+	RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_ack(uuid) IS
+'mark a fetched outbox message delivered, by its receipt';
+
+/*
+ * Record a failed delivery.  With retry_after, the message may be fetched
+ * again after it; without, after the route's backoff: backoff (1 second
+ * unless the route says) doubled at each attempt, at most max_backoff (1
+ * hour), times a random factor between 0.5 and 1 (jitter, so that keys
+ * that failed together do not retry together).  A message that had
+ * max_attempts fetches (the route's, or inbox.max_attempts) is dead
+ * instead, and its key moves on.  Returns 'pending' or 'dead'; NULL when
+ * the receipt no longer holds the message.
+ */
+CREATE FUNCTION @extschema@.outbox_fail(receipt uuid, error text, retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_receipt uuid := outbox_fail.receipt;
+	span interval;
+	d inbox.outbox_deliveries;
+	opts jsonb;
+	allowed integer;
+	dead boolean;
+BEGIN
+	IF p_receipt IS NULL THEN
+		RAISE EXCEPTION 'receipt must not be null'
+			USING ERRCODE = '22004', HINT = 'Pass the receipt outbox_fetch returned with the message.';
+	END IF;
+	span := inbox.check_duration(outbox_fail.retry_after, 'retry_after');
+	IF span OPERATOR(pg_catalog.<) interval '0' THEN
+		RAISE EXCEPTION 'retry_after must not be negative'
+			USING ERRCODE = '22023',
+				  HINT = 'Pass NULL for the route''s backoff, or 0 to retry at once.';
+	END IF;
+	SELECT x.* INTO d FROM inbox.outbox_deliveries AS x
+	 WHERE x.receipt OPERATOR(pg_catalog.=) p_receipt
+	   AND x.state OPERATOR(pg_catalog.=) 'p'::"char"
+	   FOR UPDATE;
+	IF NOT FOUND THEN
+		RETURN NULL;
+	END IF;
+	SELECT r.options INTO opts FROM inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) d.topic AND r.target OPERATOR(pg_catalog.=) d.target;
+	allowed := coalesce((opts OPERATOR(pg_catalog.->>) 'max_attempts')::integer,
+						pg_catalog.current_setting('inbox.max_attempts')::integer);
+	dead := d.attempts OPERATOR(pg_catalog.>=) allowed;
+	IF span IS NULL AND NOT dead THEN
+		span := least(coalesce((opts OPERATOR(pg_catalog.->>) 'max_backoff')::interval, interval '1 hour'),
+					  coalesce((opts OPERATOR(pg_catalog.->>) 'backoff')::interval, interval '1 second')
+					  OPERATOR(pg_catalog.*) pg_catalog.power(2, least(d.attempts OPERATOR(pg_catalog.-) 1, 30)))
+				OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog.*) 0.5));
+	END IF;
+	PERFORM inbox.outbox_wake(d.target);
+	UPDATE inbox.outbox_deliveries AS x
+	   SET state = CASE WHEN dead THEN 'x' ELSE 'p' END::"char",
+		   due = CASE WHEN dead THEN x.due ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) span END,
+		   finished_at = CASE WHEN dead THEN pg_catalog.clock_timestamp() END,
+		   receipt = NULL, lease_until = NULL, last_error = outbox_fail.error
+	 WHERE x.id OPERATOR(pg_catalog.=) d.id AND x.target OPERATOR(pg_catalog.=) d.target;
+	RETURN CASE WHEN dead THEN 'dead' ELSE 'pending' END;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_fail(uuid, text, interval) IS
+'record a failed delivery: retry after a backoff, or dead after max_attempts';
+
+/*
+ * Routes.  A target is a URL; one with a password in it is refused, and
+ * so are options that name a secret: secrets live in the relay's secrets
+ * file, never in a table.
+ */
+CREATE FUNCTION inbox.outbox_route(topic text, target text, options jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_topic text := outbox_route.topic;
+	p_target text := outbox_route.target;
+	opts jsonb := coalesce(outbox_route.options, '{}');
+	userinfo text;
+	k text;
+BEGIN
+	PERFORM inbox.outbox_check(p_topic, 'k', 0);
+	PERFORM inbox.outbox_check_target(p_target);
+	IF p_target !~ '^[A-Za-z][A-Za-z0-9+.-]*:' THEN
+		RAISE EXCEPTION 'target must be a URL'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('It is "%s".', inbox.quote(p_target)),
+				  HINT = 'For example amqp://host/vhost, https://host/path or postgresql://host/db?scope=s.';
+	END IF;
+	userinfo := pg_catalog.substring(pg_catalog.substring(p_target, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)'),
+									 '^(.*)@');
+	IF pg_catalog.strpos(coalesce(userinfo, ''), ':') OPERATOR(pg_catalog.>) 0
+	   OR p_target ~* '[?&](password|sslpassword|secret|token)=' THEN
+		RAISE EXCEPTION 'target must not hold a password'
+			USING ERRCODE = '22023',
+				  DETAIL = 'The routes table is readable by operators, and its rows reach dumps and logs.',
+				  HINT = 'Give the target without its password, and put the password in the relay''s secrets file.';
+	END IF;
+	IF pg_catalog.jsonb_typeof(opts) OPERATOR(pg_catalog.<>) 'object' THEN
+		RAISE EXCEPTION 'options must be a JSON object'
+			USING ERRCODE = '22023';
+	END IF;
+	FOR k IN SELECT pg_catalog.jsonb_object_keys(opts) LOOP
+		IF k ~* '(password|secret|token)' THEN
+			RAISE EXCEPTION 'options must not hold a secret'
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('Option "%s" names one.', inbox.quote(k)),
+					  HINT = 'Put secrets in the relay''s secrets file.';
+		END IF;
+	END LOOP;
+	BEGIN
+		IF (opts OPERATOR(pg_catalog.->>) 'max_attempts')::integer OPERATOR(pg_catalog.<) 1 THEN
+			RAISE EXCEPTION USING ERRCODE = '22023';
+		END IF;
+		IF inbox.check_duration((opts OPERATOR(pg_catalog.->>) 'backoff')::interval, 'backoff')
+		   OPERATOR(pg_catalog.<=) interval '0'
+		   OR inbox.check_duration((opts OPERATOR(pg_catalog.->>) 'max_backoff')::interval, 'max_backoff')
+		   OPERATOR(pg_catalog.<=) interval '0' THEN
+			RAISE EXCEPTION USING ERRCODE = '22023';
+		END IF;
+	EXCEPTION WHEN invalid_text_representation OR invalid_datetime_format OR datetime_field_overflow
+				   OR numeric_value_out_of_range OR invalid_parameter_value THEN
+		RAISE EXCEPTION 'invalid outbox route options'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('They are %s.', opts),
+				  HINT = 'max_attempts is a positive integer; backoff and max_backoff are positive intervals without months.';
+	END;
+	INSERT INTO inbox.outbox_routes AS r (topic, target, options)
+	VALUES (p_topic, p_target, opts)
+	ON CONFLICT ON CONSTRAINT outbox_routes_pkey DO UPDATE SET options = EXCLUDED.options;
+END
+$$;
+
+/*
+ * Removing a route stops deliveries to its target: the messages of the
+ * topic not yet delivered there (pending or dead) are no longer for it.
+ * What was sent stays, until the purge.
+ */
+CREATE FUNCTION inbox.outbox_unroute(topic text, target text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_topic text := outbox_unroute.topic;
+	p_target text := outbox_unroute.target;
+BEGIN
+	PERFORM inbox.outbox_check(p_topic, 'k', 0);
+	PERFORM inbox.outbox_check_target(p_target);
+	DELETE FROM inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
+	   AND r.target OPERATOR(pg_catalog.=) p_target COLLATE "C";
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'no outbox route from topic "%" to target "%"',
+			inbox.quote(p_topic), inbox.quote(p_target)
+			USING ERRCODE = '42704',
+				  HINT = 'The view outbox_routes lists the routes.';
+	END IF;
+	DELETE FROM inbox.outbox_deliveries AS d
+	 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+	   AND d.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
+	   AND d.state OPERATOR(pg_catalog.<>) 's'::"char";
+END
+$$;
+
+COMMENT ON FUNCTION inbox.outbox_route(text, text, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.outbox_unroute(text, text) IS
+'implementation behind the API function of the same name; call that one';
+
+-- The entry points
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, key text, payload jsonb,
+										headers jsonb DEFAULT NULL, id uuid DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.outbox_send(text, text, jsonb, jsonb, uuid) IS
+'send a JSON message on a topic, in the caller''s transaction, ordered by commit within its key';
+
+CREATE FUNCTION @extschema@.outbox_send(topic text, key text, payload bytea,
+										headers jsonb DEFAULT NULL, id uuid DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.outbox_send(text, text, bytea, jsonb, uuid) IS
+'send a binary message on a topic, in the caller''s transaction, ordered by commit within its key';
+
+CREATE FUNCTION @extschema@.outbox_send_many(topic text, keys text[], payloads jsonb[],
+											 headers jsonb DEFAULT NULL)
+RETURNS uuid[]
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.outbox_send_many(text, text[], jsonb[], jsonb) IS
+'send many JSON messages on a topic; their ids, in the order of the arrays';
+
+CREATE FUNCTION @extschema@.outbox_route(topic text, target text, options jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.outbox_route(text, text, jsonb) IS
+'deliver a topic''s messages to a target (a URL without secrets), or change the route''s options';
+
+CREATE FUNCTION @extschema@.outbox_unroute(topic text, target text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.outbox_unroute(text, text) IS
+'stop delivering a topic to a target; its undelivered messages are no longer for it';
+
+-- Put a dead message back: each of its dead deliveries is pending again,
+-- as its key's head for its target
+CREATE FUNCTION @extschema@.outbox_requeue(id uuid)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_id uuid := outbox_requeue.id;
+	n integer;
+BEGIN
+	PERFORM inbox.outbox_wake(d.target) FROM inbox.outbox_deliveries AS d
+	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
+	UPDATE inbox.outbox_deliveries AS d
+	   SET state = 'p', attempts = 0, due = pg_catalog.clock_timestamp(), finished_at = NULL
+	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
+	GET DIAGNOSTICS n = ROW_COUNT;
+	IF n OPERATOR(pg_catalog.=) 0 THEN
+		RAISE EXCEPTION 'outbox message % is not a dead letter', coalesce(p_id::text, 'NULL')
+			USING ERRCODE = 'IB005',
+				  HINT = 'The view outbox_dead_letters lists the dead letters.';
+	END IF;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_requeue(uuid) IS
+'put a dead outbox message back, as its key''s next message for each target it died for';
+
+-- The views, read as the extension's owner through these functions; they
+-- show the topics the role querying may act on (inbox.scope_visible)
+CREATE FUNCTION inbox.outbox_counts()
+RETURNS TABLE (topic text, target text, pending bigint, oldest_pending timestamptz,
+			   sent bigint, failed bigint, dead bigint)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT coalesce(r.topic, c.topic), coalesce(r.target, c.target),
+		   coalesce(c.pending, 0), c.oldest_pending, coalesce(c.sent, 0),
+		   coalesce(c.failed, 0), coalesce(c.dead, 0)
+	  FROM inbox.outbox_routes AS r
+	  FULL JOIN (
+		SELECT d.topic, d.target,
+			   pg_catalog.count(*) FILTER (WHERE d.state = 'p') AS pending,
+			   pg_catalog.min(d.queued_at) FILTER (WHERE d.state = 'p') AS oldest_pending,
+			   pg_catalog.count(*) FILTER (WHERE d.state = 's') AS sent,
+			   pg_catalog.count(*) FILTER (WHERE d.state = 'p' AND d.last_error IS NOT NULL) AS failed,
+			   pg_catalog.count(*) FILTER (WHERE d.state = 'x') AS dead
+		  FROM inbox.outbox_deliveries AS d
+		 GROUP BY d.topic, d.target) AS c
+		ON c.topic = r.topic AND c.target = r.target
+$$;
+
+CREATE FUNCTION inbox.outbox_dead()
+RETURNS TABLE (id uuid, topic text, key text, "position" bigint, target text,
+			   attempts integer, last_error text, created_at timestamptz, died_at timestamptz,
+			   payload jsonb, payload_bytes bytea, headers jsonb)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT d.id, d.topic, d.key, d.position, d.target, d.attempts, d.last_error,
+		   m.created_at, d.finished_at, m.payload, m.payload_bytes, m.headers
+	  FROM inbox.outbox_deliveries AS d
+	  JOIN inbox.outbox_messages AS m ON m.id = d.id
+	 WHERE d.state = 'x'::"char"
+$$;
+
+CREATE FUNCTION inbox.outbox_route_rows()
+RETURNS TABLE (topic text, target text, options jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT r.topic, r.target, r.options, r.created_at FROM inbox.outbox_routes AS r
+$$;
+
+CREATE VIEW @extschema@.outbox_stats WITH (security_barrier) AS
+	SELECT c.topic COLLATE "C" AS topic, c.target COLLATE "C" AS target,
+		   c.pending, now() - c.oldest_pending AS oldest_pending_age,
+		   c.sent, c.failed, c.dead
+	  FROM inbox.outbox_counts() AS c
+	 WHERE inbox.scope_visible(c.topic);
+
+COMMENT ON VIEW @extschema@.outbox_stats IS
+'per outbox topic and target: pending, oldest pending age, sent, failed (retrying) and dead';
+
+CREATE VIEW @extschema@.outbox_dead_letters WITH (security_barrier) AS
+	SELECT d.id, d.topic COLLATE "C" AS topic, d.key COLLATE "C" AS key, d.position,
+		   d.target COLLATE "C" AS target, d.attempts, d.last_error, d.created_at, d.died_at,
+		   d.payload, d.payload_bytes, d.headers
+	  FROM inbox.outbox_dead() AS d
+	 WHERE inbox.scope_visible(d.topic);
+
+COMMENT ON VIEW @extschema@.outbox_dead_letters IS
+'outbox messages that used all their attempts for a target; outbox_requeue puts one back';
+
+CREATE VIEW @extschema@.outbox_routes WITH (security_barrier) AS
+	SELECT r.topic COLLATE "C" AS topic, r.target COLLATE "C" AS target, r.options, r.created_at
+	  FROM inbox.outbox_route_rows() AS r
+	 WHERE inbox.scope_visible(r.topic);
+
+COMMENT ON VIEW @extschema@.outbox_routes IS 'the outbox routes: which target each topic goes to';
+
+REVOKE ALL ON FUNCTION inbox.uuid_v7() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_generation(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_sleep(text, bigint, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_write(text, text, jsonb, bytea, jsonb, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_same(inbox.outbox_messages, text, text, jsonb, bytea, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_send(text, text, jsonb, jsonb, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_send(text, text, bytea, jsonb, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_lease(text, integer, timestamptz, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_next_due(text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_target_known(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_purge(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_route(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_unroute(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, jsonb, jsonb, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, bytea, jsonb, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_send_many(text, text[], jsonb[], jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_route(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_unroute(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_targets() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_fetch(text, integer, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_ack(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_fail(uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_requeue(uuid) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.outbox_stats FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.outbox_dead_letters FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.outbox_routes FROM PUBLIC;

@@ -1,7 +1,7 @@
 --
 -- limits: the limits the C code enforces (src/inbox.h) and the CHECK
 -- constraints of the tables, which guard rows that arrive by COPY, say the
--- same.  A change to one without the other fails here.
+-- same; the outbox's too (inbox.outbox_limits()).  A change to one without the other fails here.
 --
 SELECT * FROM inbox.limits();
 
@@ -21,13 +21,16 @@ SELECT count(*) AS constraints_checked,
                                            WHEN 'stream' THEN l.message_id_bytes
                                            WHEN 'payload_hash' THEN l.payload_hash_bytes
                                            WHEN 'grantee' THEN 63
+                                           WHEN 'topic' THEN o.topic_bytes
+                                           WHEN 'key' THEN o.key_bytes
+                                           WHEN 'target' THEN o.target_bytes
                                          END) AS agreeing
 FROM (SELECT (regexp_match(pg_get_constraintdef(oid), 'octet_length\((\w+)\)'))[1] AS col,
              (regexp_match(pg_get_constraintdef(oid), '(?:<=|AND)\s*(\d+)\)*$'))[1]::int AS max_bytes
       FROM pg_constraint
       WHERE connamespace = 'inbox'::regnamespace AND contype = 'c'
         AND pg_get_constraintdef(oid) LIKE '%octet_length%') AS c,
-     inbox.limits() AS l;
+     inbox.limits() AS l, inbox.outbox_limits() AS o;
 
 -- And the C code accepts exactly up to them: at the limit, and one byte over
 SELECT regress.try(format('SELECT inbox_claim(%L, %L, %L::bytea)',

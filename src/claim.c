@@ -458,22 +458,31 @@ inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
 	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 2);
 	StoredEntry entry;
 	DirectCall	c = {0, scope, message_id, payload_hash, &entry, false};
+	bool		windowed = payload_hash != NULL && !inbox_window_known_off(scope);
 
 	/*
 	 * Not where a key's bucket takes an encoding conversion, which is
 	 * looked up along the search_path that only the implementation pins.
-	 * Nor where the scope may have a content window, which the
-	 * implementation applies with a statement (window.c).
+	 * Nor where the scope may have a content window that the backend has
+	 * not read yet: the implementation reads the windows with a statement
+	 * (window.c).
 	 */
 	if (inbox_claim_bounded() ||
 		(GetDatabaseEncoding() != PG_UTF8 && GetDatabaseEncoding() != PG_SQL_ASCII) ||
-		(payload_hash != NULL && !inbox_window_known_off(scope)))
+		(windowed && !inbox_window_known_on(scope)))
 		return false;
 	c.bucket = inbox_bucket(scope, message_id);
 	switch ((InboxDirectResult) direct_call(&c))
 	{
 		case INBOX_DIRECT_WRITTEN:
 			inbox_stats_count(scope, INBOX_COUNT_ENTRY);
+			/* A new id: the content may still be a message sent again */
+			if (windowed)
+			{
+				inbox_spi_connect();
+				inbox_window_claimed(scope, message_id, payload_hash, NULL);
+				SPI_finish();
+			}
 			*claimed = true;
 			return true;
 		case INBOX_DIRECT_CONFLICT:

@@ -106,6 +106,13 @@ static const Refusal refusals[] = {
 		"Leave content windows off on a distributed inbox, or turn them off (inbox_set_content_window(scope, "
 		"NULL, 'off')) before inbox_distribute()."
 	},
+	[INBOX_REFUSE_OUTBOX] = {
+		"use the outbox (outbox_send, outbox_fetch and their kin) beside a distributed inbox",
+		"The outbox's tables are local to the coordinator: a send there is not part of the single-shard "
+		"write of the business row it must commit with, and a key's order would not follow the commits "
+		"made on the workers.",
+		"Use the outbox in a database whose inbox is not distributed; docs/scale-out.md says more."
+	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */

@@ -42,6 +42,7 @@
 #include "distributed.h"
 #include "events.h"
 #include "front.h"
+#include "outbox.h"
 #include "purge.h"
 #include "stats.h"
 #include "version.h"
@@ -114,6 +115,7 @@ _PG_init(void)
 	deferred_init();			/* inbox.max_attempts */
 	front_init();				/* inbox.take_front */
 	purge_init();				/* retention and purge batches */
+	outbox_init();				/* inbox.outbox_retention */
 	stats_init();				/* inbox.max_scopes, with the preload only */
 	worker_init();				/* purge_naptime and _enabled; the launcher */
 

@@ -44,6 +44,26 @@
 #define INBOX_MAX_HASH_BYTES		64
 
 /*
+ * Limits of the outbox (sql/inbox.sql, section 11), in the same style: a
+ * topic is named like a scope, a key like a message id, both within one
+ * btree entry with room to spare; a target is a URL, which the relay
+ * parses.  A payload is bounded so that a message stays far below what
+ * brokers accept by default (RabbitMQ's 128 MB) and what one fetch holds
+ * in memory at once.  The tables' CHECK constraints repeat the first
+ * three.
+ */
+#define INBOX_MAX_TOPIC_BYTES			256
+#define INBOX_MAX_OUTBOX_KEY_BYTES		1024
+#define INBOX_MAX_TARGET_BYTES			2048
+#define INBOX_MAX_OUTBOX_PAYLOAD_BYTES	(16 * 1024 * 1024)
+
+/* The most messages one outbox_send_many or outbox_fetch handles */
+#define INBOX_OUTBOX_MAX_BATCH			10000
+
+/* The longest wait of an outbox_fetch, as of an inbox_poll */
+#define INBOX_OUTBOX_MAX_WAIT_SECONDS	60
+
+/*
  * The extension's advisory locks live in lock spaces of their own: the
  * fourth field of an advisory LOCKTAG, which is 1 or 2 for every lock that
  * pg_advisory_lock() and its kin can take.  So no application key, by

@@ -109,6 +109,7 @@
 #include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
+#include "outbox.h"
 #include "purge.h"
 #include "spi.h"
 #include "stats.h"
@@ -840,6 +841,13 @@ inbox_purge_round(void)
 		if (total >= purge_batch_size)
 			break;
 	}
+	/* The outbox's sent messages, within what is left of the batch */
+	if (total < purge_batch_size)
+	{
+		bool		more;
+
+		total += inbox_outbox_purge_batch(purge_batch_size - (int) total, &more);
+	}
 
 	AtEOXact_GUC(true, nestlevel);
 	SPI_finish();
@@ -863,6 +871,16 @@ int64
 inbox_purge_leaf_batch(Oid leaf, List *targets, bool *more)
 {
 	return inbox_purge_leaf(leaf, targets, purge_batch_size, more);
+}
+
+/*
+ * One batch of the worker for the outbox: at most inbox.purge_batch_size
+ * sent messages.  *more says whether the batch was full.
+ */
+int64
+inbox_purge_outbox_batch(bool *more)
+{
+	return inbox_outbox_purge_batch(purge_batch_size, more);
 }
 
 /*

@@ -30,6 +30,7 @@ extern int64 inbox_purge_round(void);
 extern List *inbox_purge_observe(MemoryContext cxt);
 extern List *inbox_purge_leaves(MemoryContext cxt);
 extern int64 inbox_purge_leaf_batch(Oid leaf, List *targets, bool *more);
+extern int64 inbox_purge_outbox_batch(bool *more);
 extern void inbox_purge_set_lock_timeout(GucAction action);
 
 #endif							/* INBOX_PURGE_H */

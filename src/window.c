@@ -242,6 +242,17 @@ inbox_window_known_off(const text *scope)
 	return windows_valid && window_lookup(scope) == NULL;
 }
 
+/*
+ * Does the cache already know that the scope has a window?  For the direct
+ * claim, which then writes the entry itself and applies the window with
+ * an SPI connection of its own.
+ */
+bool
+inbox_window_known_on(const text *scope)
+{
+	return windows_valid && window_lookup(scope) != NULL;
+}
+
 /* Does the scope have a window?  The caller holds an SPI connection. */
 bool
 inbox_window_on(const text *scope)

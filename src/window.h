@@ -14,6 +14,7 @@
 #include "fmgr.h"
 
 extern bool inbox_window_known_off(const text *scope);
+extern bool inbox_window_known_on(const text *scope);
 extern bool inbox_window_on(const text *scope);
 extern void inbox_window_claimed(const text *scope, const text *message_id,
 								 const bytea *payload_hash, const char *where);

@@ -389,6 +389,14 @@ step_purge_leaf(PurgeRound *round)
 		(void) inbox_purge_leaf_batch(round->leaf, round->targets, &round->more);
 }
 
+static void
+step_purge_outbox(PurgeRound *round)
+{
+	round->dropping = database_being_dropped();
+	if (!round->dropping)
+		(void) inbox_purge_outbox_batch(&round->more);
+}
+
 /*
  * Run one step in a transaction of its own, as worker_spi does: its own
  * snapshot, SPI connection and lock_timeout, all gone when it ends.  An
@@ -465,6 +473,22 @@ inbox_purge_main(Datum main_arg)
 	round.cxt = AllocSetContextCreate(TopMemoryContext, "inbox purge round",
 									  ALLOCSET_DEFAULT_SIZES);
 	started = GetCurrentTimestamp();
+
+	/*
+	 * The outbox's sent messages first, a batch a transaction: they have no
+	 * retention clock to observe, and the scopes' loop below ends as soon
+	 * as no scope has anything to purge.
+	 */
+	do
+	{
+		CHECK_FOR_INTERRUPTS();
+		round.more = false;
+		if (!run_step("inbox: purging the outbox", step_purge_outbox, &round))
+			proc_exit(0);
+		if (round.dropping)
+			proc_exit(0);
+	} while (round.more &&
+			 !TimestampDifferenceExceeds(started, GetCurrentTimestamp(), PASS_BUDGET_MS));
 
 	for (;;)
 	{

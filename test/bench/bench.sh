@@ -29,7 +29,9 @@
 # BENCH_SKIP_RETENTION, BENCH_RETENTION_SECONDS, BENCH_PURGE_BACKLOG,
 # BENCH_PURGE_SCOPES, BENCH_RETENTION_RUN_SECONDS, BENCH_RETENTION_ROUNDS,
 # BENCH_RETENTION_CYCLES, BENCH_INGEST_CLIENTS, BENCH_INGEST_BATCH,
-# BENCH_SAMPLE_SECONDS, BENCH_RETENTION_PHASES.  See test/bench/README.md.
+# BENCH_SAMPLE_SECONDS, BENCH_RETENTION_PHASES, and for the outbox
+# BENCH_SKIP_OUTBOX, BENCH_OUTBOX_SECONDS, BENCH_OUTBOX_ROUNDS.  See
+# test/bench/README.md.
 #
 # test/bench/bench.sh
 #
@@ -560,5 +562,8 @@ if [ "$skip_retention" = 0 ]; then
 fi
 if [ "${BENCH_SKIP_DEFERRED:-0}" = 0 ]; then
 	. "$here/deferred.sh"
+fi
+if [ "${BENCH_SKIP_OUTBOX:-0}" = 0 ]; then
+	. "$here/outbox.sh"
 fi
 echo "- finished:   $(date -u '+%Y-%m-%d %H:%M:%S UTC'), load avg $(cut -d' ' -f1-3 /proc/loadavg)"

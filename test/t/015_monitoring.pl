@@ -61,7 +61,7 @@ $node->safe_psql('app2', 'CREATE EXTENSION inbox');
 # The exporter's role: LOGIN and the one grant docs/monitoring.md gives, in
 # each database.  No pg_monitor, no superuser.
 $node->sql('CREATE ROLE inbox_monitor LOGIN; CREATE ROLE billing_app');
-$node->safe_psql($_, 'GRANT SELECT ON inbox_stats TO inbox_monitor') for qw(postgres app2);
+$node->safe_psql($_, 'GRANT SELECT ON inbox_stats, outbox_stats TO inbox_monitor') for qw(postgres app2);
 
 # --- known traffic ----------------------------------------------------------------
 
@@ -95,6 +95,18 @@ is( $node->sql(q{
 	SELECT inbox_set_max_attempts('parcels', 1);
 	SELECT inbox_fail('parcels', receipt, 'carrier API: 503') FROM inbox_poll('parcels', 1, '1 minute');
 }), "t\n\ndead", 'traffic: the failed message of parcels is dead');
+
+# the outbox: three messages for one target; the first delivered, the
+# second failed and waiting to retry, the third in hand, sent 10 minutes
+# ago.
+is( $node->sql(q{
+	SELECT outbox_route('orders', 'amqp://mq.example/v');
+	SELECT count(outbox_send('orders', 'o' || g, jsonb_build_object('n', g))) FROM generate_series(1, 3) g;
+	CREATE TEMP TABLE held AS SELECT key, receipt FROM outbox_fetch('amqp://mq.example/v', 3, '1 hour');
+	SELECT outbox_ack(receipt) FROM held WHERE key = 'o1';
+	SELECT outbox_fail(receipt, 'broker: 503', '1 hour') FROM held WHERE key = 'o2';
+	UPDATE inbox.outbox_deliveries SET queued_at = now() - interval '10 minutes' WHERE key = 'o3';
+}), "\n3\nt\npending", 'traffic: the outbox has one message sent, one failed, one in hand');
 
 # archive: 4 entries past the 7-day retention and 2 fresh, one purge.
 # late: entries 7 days and 2 hours old, kept by a 30-day retention during
@@ -281,6 +293,16 @@ is(value('inbox_database_scopes', datname => 'app2'), 1, 'app2: 1 scope');
 is(value('inbox_database_scopes', datname => 'postgres'),
 	5, 'postgres: 5 scopes visible to the exporter (the reserved one hidden)');
 is(value('inbox_database_scopes_counted', datname => 'postgres'), 5, 'postgres: all 5 counted');
+
+# the outbox
+my @route = (topic => 'orders', target => 'amqp://mq.example/v');
+is(value('inbox_outbox_pending', @route), 2, 'outbox: 2 pending (the failed one and the one in hand)');
+is(value('inbox_outbox_sent', @route), 1, 'outbox: 1 sent');
+is(value('inbox_outbox_failed', @route), 1, 'outbox: 1 failed, waiting to retry');
+is(value('inbox_outbox_dead', @route), 0, 'outbox: no dead letter');
+my $outbox_age = value('inbox_outbox_oldest_pending_age_seconds', @route);
+ok($outbox_age =~ /^[\d.e+]+$/ && $outbox_age >= 600 && $outbox_age < 3600,
+	"outbox: the oldest pending message was sent 10 minutes ago ($outbox_age s)");
 
 # the reserved scope
 is(value('inbox_claims_total', scope => 'secret'), 'absent', 'secret: hidden from a role without its grant');

@@ -10,7 +10,10 @@
 #   worker    poll, complete by receipt, fail by receipt, extend by
 #             receipt, take, and the forms by message id;
 #   streams   the offset claims;
-#   operator  every view, and requeue of a dead letter.
+#   publisher every form of outbox send;
+#   relay     the targets, fetch (waiting too), ack and fail;
+#   operator  every view, and requeue of a dead letter, the inbox's and
+#             the outbox's.
 #
 # Then, for every object of every bundle, each role that does not hold
 # that bundle gets 42501; every public function of the extension is in a
@@ -35,9 +38,9 @@ my @owner_only = qw(
   inbox_grant inbox_revoke inbox_grant_bundle inbox_revoke_bundle
   inbox_purge inbox_stats_reset
   inbox_forget inbox_forget_range inbox_allow_forget inbox_disallow_forget
-  inbox_distribute);
+  inbox_distribute outbox_route outbox_unroute);
 
-my @bundles = qw(consumer receiver worker streams operator);
+my @bundles = qw(consumer receiver worker streams publisher relay operator);
 
 my $node = InboxTest->node('bundles', conf => "inbox.purge_enabled = off\n");
 my $schema = $node->sql(q{
@@ -67,10 +70,10 @@ for my $bundle (@bundles)
 	# Twice: the second grant changes nothing and raises nothing
 	$node->sql("SELECT inbox_grant_bundle('${bundle}_role', '$bundle')");
 	my $acl = $node->sql(
-		"SELECT string_agg(coalesce(p.proacl::text, ''), ';' ORDER BY p.oid) FROM pg_proc p WHERE p.proname LIKE 'inbox%'");
+		"SELECT string_agg(coalesce(p.proacl::text, ''), ';' ORDER BY p.oid) FROM pg_proc p WHERE p.proname LIKE 'inbox%' OR p.proname LIKE 'outbox%'");
 	$node->sql("SELECT inbox_grant_bundle('${bundle}_role', '$bundle')");
 	is( $node->sql(
-			"SELECT string_agg(coalesce(p.proacl::text, ''), ';' ORDER BY p.oid) FROM pg_proc p WHERE p.proname LIKE 'inbox%'"
+			"SELECT string_agg(coalesce(p.proacl::text, ''), ';' ORDER BY p.oid) FROM pg_proc p WHERE p.proname LIKE 'inbox%' OR p.proname LIKE 'outbox%'"
 		),
 		$acl,
 		"granting the $bundle bundle twice is the same as once");
@@ -138,6 +141,30 @@ is($out, "\nt\npending\nt\n\npending", 'worker: each step gives what it gives th
 ok($ok, 'streams: the offset claims run as the streams role') or diag($err);
 is($out, "t\nf\n2", 'streams: the mark advances');
 
+# The outbox: a publisher sends, a relay delivers
+$node->sql(q{SELECT outbox_route('orders', 'https://hooks.example/orders', '{"max_attempts": 1}')});
+($ok, $out, $err) = as_role(
+	'publisher_role', q{
+	BEGIN;
+	SELECT outbox_send('orders', 'o-1', '{"n": 1}'::jsonb) IS NOT NULL;
+	SELECT outbox_send('orders', 'o-2', '\x02'::bytea, '{"h": 1}') IS NOT NULL;
+	SELECT cardinality(outbox_send_many('orders', ARRAY['o-3', 'o-4'], ARRAY['{}', '{}']::jsonb[]));
+	COMMIT;
+});
+ok($ok, 'publisher: every form of outbox send runs as the publisher role') or diag($err);
+is($out, "t\nt\n2", 'publisher: four messages sent');
+
+($ok, $out, $err) = as_role(
+	'relay_role', q{
+	SELECT count(*) FROM outbox_targets();
+	CREATE TEMP TABLE held AS SELECT key, receipt FROM outbox_fetch('https://hooks.example/orders', 10, '30 s', '1 s');
+	SELECT count(*) FROM held;
+	SELECT bool_and(outbox_ack(receipt)) FROM held WHERE key <> 'o-4';
+	SELECT outbox_fail(receipt, 'HTTP 410') FROM held WHERE key = 'o-4';
+});
+ok($ok, 'relay: targets, fetch, ack and fail run as the relay role') or diag($err);
+is($out, "1\n4\nt\ndead", 'relay: four fetched, three delivered, one dead');
+
 # A dead letter for the operator to requeue
 $node->sql(q{
 	SELECT inbox_set_max_attempts('dead-end', 1);
@@ -154,9 +181,13 @@ $node->sql(q{
 	SELECT count(*) FROM inbox_bundles WHERE bundle = 'operator';
 	SELECT inbox_requeue('dead-end', 'poison');
 	SELECT count(*) FROM inbox_dead_letters;
+	SELECT sum(sent) FROM outbox_stats;
+	SELECT count(*) FROM outbox_routes;
+	SELECT outbox_requeue(id) FROM outbox_dead_letters;
+	SELECT count(*) FROM outbox_dead_letters;
 });
 ok($ok, 'operator: every view, and requeue, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n0\n7\n\n0", 'operator: the dead letter was seen and requeued');
+is($out, "t\npoison\n0\n0\n0\n11\n\n0\n3\n1\n1\n0", 'operator: the dead letters were seen and requeued');
 
 # --- what each role may not do --------------------------------------------------------
 
@@ -178,7 +209,7 @@ my @objects = map { [ split /\|/ ] } split /\n/, $node->sql(q{
 cmp_ok(scalar(@objects), '>=', 26, 'inbox_bundles lists the objects of the bundles (' . scalar(@objects) . ')');
 is( join(',', sort { $a cmp $b } keys %{ { map { $_->[0] => 1 } @objects } }),
 	join(',', sort @bundles),
-	'the bundles are consumer, operator, receiver, streams and worker');
+	'the bundles are consumer, operator, publisher, receiver, relay, streams and worker');
 
 my @wrong;
 for my $role ((map { "${_}_role" } @bundles), 'nobody_role')
@@ -245,7 +276,7 @@ is(sqlstate_of($err), '42501', 'nor revoke one');
 
 my ($ret, $o, $e) = $node->psql('postgres', "\\set VERBOSITY verbose\nSELECT inbox_grant_bundle('worker_role', 'workers')");
 is(sqlstate_of($e), '22023', 'an unknown bundle is 22023');
-like($e, qr/HINT:  The bundles are consumer, operator, receiver, streams, worker\./, 'and the hint lists the bundles');
+like($e, qr/HINT:  The bundles are consumer, operator, publisher, receiver, relay, streams, worker\./, 'and the hint lists the bundles');
 ($ret, $o, $e) = $node->psql('postgres', "\\set VERBOSITY verbose\nSELECT inbox_grant_bundle(NULL, 'worker')");
 is(sqlstate_of($e), '22004', 'a NULL role is 22004');
 ($ret, $o, $e) = $node->psql('postgres', "\\set VERBOSITY verbose\nSELECT inbox_revoke_bundle('worker_role', NULL)");

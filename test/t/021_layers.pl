@@ -61,9 +61,9 @@ like($out, qr/spi\.c:\d+: includes deferred\.h, of deferred \(features\), above 
 is($rc, 1, 'an extern declared in a .c file fails');
 like($out, qr/keys\.c:\d+: declares an extern/, 'and the message names it');
 
-($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/outbox.c", "/* new */\n") }));
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/unmapped.c", "/* new */\n") }));
 is($rc, 1, 'a file without a place in the layer map fails');
-like($out, qr/outbox\.c: not in the layer map/, 'and the message says so');
+like($out, qr/unmapped\.c: not in the layer map/, 'and the message says so');
 
 ($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/claim.c", "/* padding */\n" x 1000) }));
 is($rc, 1, 'a .c file over 1,000 lines fails');

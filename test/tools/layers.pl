@@ -34,6 +34,7 @@ my @layers = (
 		[ offsets => qw(offsets.c) ],
 		[ forget => qw(forget.c forget.h) ],
 		[ purge => qw(purge.c purge.h) ],
+		[ outbox => qw(outbox.c outbox.h) ],
 		[ guard => qw(guard.c) ],
 		[ window => qw(window.c window.h) ],
 	],

@@ -1,0 +1,199 @@
+--
+-- outbox: sends in the caller's transaction, per-key positions, caller's
+-- ids, routes, the relay's fetch, ack and fail, dead letters, requeue,
+-- the views, the purge, and bad input.  Concurrency (commit order, two
+-- relays) is in the isolation specs outbox_order and outbox_relays.
+--
+SET timezone = 'UTC';
+SET datestyle = 'ISO';
+-- Errors and results name random ids and receipts
+CREATE FUNCTION regress.try_id(cmd text) RETURNS text LANGUAGE sql AS $$
+	SELECT regexp_replace(regress.try(cmd), '[0-9a-f]{8}-[0-9a-f-]{27}', '<uuid>', 'g')
+$$;
+-- What outbox_fetch hands out, in a form that does not change between runs
+CREATE TABLE regress.fetched (id uuid, key text, pos bigint, receipt uuid);
+CREATE FUNCTION regress.fetch(target text, n integer) RETURNS SETOF text LANGUAGE sql AS $$
+	WITH f AS (SELECT * FROM outbox_fetch(target, n, '1 minute')),
+	kept AS (DELETE FROM regress.fetched RETURNING 1),
+	ins AS (INSERT INTO regress.fetched SELECT f.id, f.key, f.position, f.receipt FROM f)
+	SELECT f.topic || '/' || f.key || '#' || f.position || ' ' || coalesce(f.payload::text, encode(f.payload_bytes, 'hex'))
+		   || ' attempt ' || f.attempts
+	  FROM f ORDER BY f.key, f.position
+$$;
+
+-- Routes: a topic goes to targets; a password in a target is refused
+SELECT outbox_route('orders', 'amqp://rabbit.example/vhost?exchange=orders');
+SELECT outbox_route('orders', 'https://hooks.example/orders', '{"max_attempts": 2, "backoff": "1 hour"}');
+SELECT regress.try($$SELECT outbox_route('orders', 'amqp://app:s3cret@rabbit.example/vhost')$$);
+SELECT regress.try($$SELECT outbox_route('orders', 'postgresql://db.example/app?scope=s&password=x')$$);
+SELECT regress.try($$SELECT outbox_route('orders', 'amqp://app@rabbit.example/vhost', '{"password": "x"}')$$);
+SELECT regress.try($$SELECT outbox_route('orders', 'rabbit.example')$$);
+SELECT regress.try($$SELECT outbox_route('orders', 'https://h.example', '{"max_attempts": 0}')$$);
+SELECT regress.try($$SELECT outbox_route('orders', 'https://h.example', '{"backoff": "1 mon"}')$$);
+SELECT regress.try($$SELECT outbox_route('orders', 'https://h.example', '[1]')$$);
+SELECT regress.try($$SELECT outbox_route(NULL, 'https://h.example')$$);
+SELECT regress.try($$SELECT outbox_route('orders', NULL)$$);
+-- A user name alone is not a secret
+SELECT outbox_route('audit', 'amqp://app@rabbit.example/vhost');
+SELECT topic, target, options FROM outbox_routes ORDER BY 1, 2;
+SELECT regress.try($$SELECT outbox_unroute('orders', 'https://nowhere.example')$$);
+SELECT outbox_unroute('audit', 'amqp://app@rabbit.example/vhost');
+
+-- Sends: ids are version 7 UUIDs, increasing within a session; positions
+-- per key count 1, 2, 3 in call order
+BEGIN;
+SELECT outbox_send('orders', 'o-1', '{"n": 1}'::jsonb) AS a \gset
+SELECT outbox_send('orders', 'o-1', '{"n": 2}'::jsonb, '{"type": "updated"}') AS b \gset
+SELECT outbox_send('orders', 'o-2', '\xdeadbeef'::bytea) AS c \gset
+COMMIT;
+SELECT substr(:'a', 15, 1) AS version, substr(:'a', 20, 1) IN ('8', '9', 'a', 'b') AS variant,
+	   :'a'::uuid < :'b'::uuid AND :'b'::uuid < :'c'::uuid AS increasing;
+SELECT key, position, payload, payload_bytes, headers FROM inbox.outbox_messages ORDER BY key, position;
+SELECT target, key, position, state, attempts FROM inbox.outbox_deliveries ORDER BY target, key, position;
+
+-- A rollback, and a savepoint's rollback, leave nothing and no gap
+BEGIN;
+SELECT outbox_send('orders', 'o-1', '{"n": "lost"}'::jsonb) IS NOT NULL AS sent;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT outbox_send('orders', 'o-1', '{"n": "lost too"}'::jsonb) IS NOT NULL AS sent;
+ROLLBACK TO SAVEPOINT s;
+SELECT outbox_send('orders', 'o-1', '{"n": 3}'::jsonb) IS NOT NULL AS sent;
+COMMIT;
+SELECT key, position, payload FROM inbox.outbox_messages WHERE key = 'o-1' ORDER BY position;
+
+-- A caller's id: the same send again returns it and writes nothing; other
+-- content is IB002
+SELECT outbox_send('orders', 'o-3', '{"n": 1}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001') AS id;
+SELECT outbox_send('orders', 'o-3', '{"n": 1}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001') AS again;
+SELECT regress.try($$SELECT outbox_send('orders', 'o-3', '{"n": 2}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001')$$);
+SELECT regress.try($$SELECT outbox_send('orders', 'o-4', '{"n": 1}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001')$$);
+SELECT count(*), max(position) FROM inbox.outbox_messages WHERE key = 'o-3';
+
+-- A batch: ids in the order of the arrays, positions in array order per key
+SELECT cardinality(outbox_send_many('orders', ARRAY['o-5', 'o-6', 'o-5'],
+									ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}']::jsonb[])) AS sent;
+SELECT key, position, payload FROM inbox.outbox_messages WHERE key IN ('o-5', 'o-6') ORDER BY key, position;
+SELECT outbox_send_many('orders', '{}', '{}') AS nothing;
+
+-- Bad input: clear SQLSTATEs, nothing written
+SELECT count(*) AS before FROM inbox.outbox_messages \gset
+SELECT regress.try($$SELECT outbox_send(NULL, 'k', '{}'::jsonb)$$);
+SELECT regress.try($$SELECT outbox_send('orders', NULL, '{}'::jsonb)$$);
+SELECT regress.try($$SELECT outbox_send('orders', 'k', NULL::jsonb)$$);
+SELECT regress.try($$SELECT outbox_send('', 'k', '{}'::jsonb)$$);
+SELECT regress.try($$SELECT outbox_send(repeat('t', 257), 'k', '{}'::jsonb)$$);
+SELECT regress.try($$SELECT outbox_send('orders', repeat('k', 1025), '{}'::jsonb)$$);
+SELECT regress.try($$SELECT outbox_send('orders', 'k', convert_to(repeat('x', 16 * 1024 * 1024 + 1), 'UTF8'))$$);
+SELECT regress.try($$SELECT outbox_send_many('orders', ARRAY['a', 'b'], ARRAY['{}']::jsonb[])$$);
+SELECT regress.try($$SELECT outbox_send_many('orders', ARRAY['a', NULL], ARRAY['{}', '{}']::jsonb[])$$);
+SELECT regress.try($$SELECT outbox_send_many('orders', ARRAY['a', 'b'], ARRAY['{}', NULL]::jsonb[])$$);
+SELECT regress.try($$SELECT outbox_send_many('orders', NULL, NULL)$$);
+SELECT regress.try($$SELECT outbox_send_many('orders', array_fill('k'::text, ARRAY[10001]), array_fill('{}'::jsonb, ARRAY[10001]))$$);
+SELECT count(*) - :before AS written FROM inbox.outbox_messages;
+SELECT topic_bytes, key_bytes, target_bytes, payload_bytes, batch FROM inbox.outbox_limits();
+
+-- The relay: one message per key, its lowest position; the other target
+-- has its own state
+SELECT * FROM regress.fetch('amqp://rabbit.example/vhost?exchange=orders', 100);
+-- Leased: a second fetch gets nothing
+SELECT count(*) FROM outbox_fetch('amqp://rabbit.example/vhost?exchange=orders', 100, '1 minute');
+-- Acknowledge o-1's head: its next position is fetchable; the others stay leased
+SELECT outbox_ack(receipt) FROM regress.fetched WHERE key = 'o-1';
+SELECT outbox_ack(receipt) AS twice FROM regress.fetched WHERE key = 'o-1';
+SELECT * FROM regress.fetch('amqp://rabbit.example/vhost?exchange=orders', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+-- A failure retries after the delay given; the key waits, others go on
+SELECT * FROM regress.fetch('amqp://rabbit.example/vhost?exchange=orders', 2);
+SELECT outbox_fail(receipt, 'broker said no', '1 hour') FROM regress.fetched WHERE key = 'o-1';
+SELECT outbox_ack(receipt) FROM regress.fetched WHERE key <> 'o-1';
+SELECT * FROM regress.fetch('amqp://rabbit.example/vhost?exchange=orders', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+SELECT * FROM regress.fetch('amqp://rabbit.example/vhost?exchange=orders', 100);
+-- Due again: retried, as the key's head still
+UPDATE inbox.outbox_deliveries SET due = now() WHERE state = 'p' AND last_error IS NOT NULL;
+SELECT * FROM regress.fetch('amqp://rabbit.example/vhost?exchange=orders', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+
+-- max_attempts 2 on the webhook.  Without retry_after, the route's
+-- backoff (1 hour, with jitter) applies; a message whose attempts are used
+-- is dead, and its key moves on.
+SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
+SELECT outbox_fail(receipt, 'HTTP 500') FROM regress.fetched WHERE key = 'o-1';
+SELECT due > now() + interval '29 minutes' AND due < now() + interval '61 minutes' AS backoff
+  FROM inbox.outbox_deliveries WHERE last_error = 'HTTP 500';
+SELECT outbox_fail(receipt, 'HTTP 410', '0 s') FROM regress.fetched WHERE key = 'o-5';
+SELECT bool_and(outbox_ack(receipt)) FROM regress.fetched WHERE key NOT IN ('o-1', 'o-5');
+SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
+SELECT outbox_fail(receipt, 'HTTP 410') FROM regress.fetched;
+SELECT outbox_fail(receipt, 'again') AS gone FROM regress.fetched;
+SELECT key, position, target, attempts, last_error FROM outbox_dead_letters;
+SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
+SELECT topic, target, pending, oldest_pending_age IS NOT NULL AS aged, sent, failed, dead
+  FROM outbox_stats ORDER BY 1, 2;
+-- Requeue: the dead message is its key's head again
+SELECT outbox_requeue(id) FROM outbox_dead_letters;
+SELECT regress.try_id($$SELECT outbox_requeue('00000000-0000-7000-8000-000000000009')$$);
+SELECT count(*) AS dead FROM outbox_dead_letters;
+SELECT outbox_ack(receipt) FROM regress.fetched;
+SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+
+-- Relay input checks
+SELECT regress.try($$SELECT * FROM outbox_fetch('https://nowhere.example', 1, '1 minute')$$);
+SELECT regress.try($$SELECT * FROM outbox_fetch(NULL, 1, '1 minute')$$);
+SELECT regress.try($$SELECT * FROM outbox_fetch('https://hooks.example/orders', 0, '1 minute')$$);
+SELECT regress.try($$SELECT * FROM outbox_fetch('https://hooks.example/orders', 1, '0 s')$$);
+SELECT regress.try($$SELECT * FROM outbox_fetch('https://hooks.example/orders', 1, '1 mon')$$);
+SELECT regress.try($$SELECT * FROM outbox_fetch('https://hooks.example/orders', 1, '1 s', '61 s')$$);
+SELECT regress.try($$SELECT outbox_ack(NULL)$$);
+SELECT outbox_ack('00000000-0000-4000-8000-000000000000') AS unknown_receipt;
+SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x') AS unknown_receipt;
+SELECT regress.try($$SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x', '-1 s')$$);
+-- A wait that finds nothing ends at its deadline
+SELECT count(*) FROM outbox_fetch('amqp://rabbit.example/vhost?exchange=orders', 1, '1 minute', '200 ms');
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT regress.try($$SELECT * FROM outbox_fetch('amqp://rabbit.example/vhost?exchange=orders', 1, '1 minute', '1 s')$$);
+ROLLBACK;
+
+-- Unrouting drops what was not delivered to that target (o-1, retrying)
+SELECT outbox_unroute('orders', 'https://hooks.example/orders');
+SELECT target, state, count(*) FROM inbox.outbox_deliveries GROUP BY 1, 2 ORDER BY 1, 2;
+
+-- The purge: sent messages past the retention go, a batch at a time;
+-- pending ones stay.  Within the retention, nothing goes.
+SELECT outbox_send('orders', 'o-9', '{"n": "pending"}'::jsonb) IS NOT NULL AS sent;
+SELECT inbox_purge() AS purged;
+UPDATE inbox.outbox_messages SET created_at = now() - interval '8 days';
+SET inbox.purge_batch_size = 2;
+SELECT inbox_purge() AS purged;
+RESET inbox.purge_batch_size;
+SELECT inbox_purge() AS purged;
+SELECT inbox_purge() AS purged;
+SELECT key, position FROM inbox.outbox_messages ORDER BY key, position;
+SELECT count(*) AS orphans FROM inbox.outbox_deliveries d
+ WHERE NOT EXISTS (SELECT FROM inbox.outbox_messages m WHERE m.id = d.id);
+-- Delivered now: they go too, once past inbox.outbox_retention
+SELECT count(outbox_ack(receipt)) AS acked FROM inbox.outbox_deliveries WHERE receipt IS NOT NULL;
+SELECT count(outbox_ack(receipt)) AS acked
+  FROM outbox_fetch('amqp://rabbit.example/vhost?exchange=orders', 100, '1 minute');
+SET inbox.outbox_retention = '9d';
+SELECT inbox_purge() AS purged;
+RESET inbox.outbox_retention;
+SELECT inbox_purge() AS purged;
+SELECT key, position FROM inbox.outbox_messages ORDER BY key, position;
+-- Positions go on after a purge
+SELECT outbox_send('orders', 'o-1', '{"n": "later"}'::jsonb) AS later \gset
+SELECT position FROM inbox.outbox_messages WHERE id = :'later';
+
+-- Two-phase commit: prepared, nothing to fetch; committed, there
+BEGIN;
+SELECT outbox_send('orders', 'o-2pc', '{"n": 1}'::jsonb) IS NOT NULL AS sent;
+PREPARE TRANSACTION 'outbox';
+SELECT count(*) FROM inbox.outbox_messages WHERE key = 'o-2pc';
+COMMIT PREPARED 'outbox';
+SELECT count(*) FROM inbox.outbox_messages WHERE key = 'o-2pc';
+
+RESET timezone;
+RESET datestyle;

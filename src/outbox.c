@@ -1,0 +1,335 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *	  The C half of the outbox (sql/inbox.sql, section 11): the setting
+ *	  inbox.outbox_retention, time-ordered message ids, the checks of
+ *	  topics, keys, payloads and targets, the wake-ups of waiting relays,
+ *	  and the purge of sent messages.
+ *
+ * Sends, fetches, acknowledgements and failures are SQL: each is a few
+ * index lookups and writes, and the order of a key rests on a row lock of
+ * inbox.outbox_keys that the send holds to its commit (see the section's
+ * banner).  What SQL cannot do is here.
+ *
+ *	- inbox.uuid_v7(): PostgreSQL 15 to 17 have no UUIDv7.  The ids are
+ *	  time-ordered so that they index well; within a backend they also
+ *	  strictly increase, so that the ids of one transaction's messages
+ *	  sort in the order they were sent.
+ *	- A relay waiting in outbox_fetch sleeps on the slot of its target in
+ *	  wakeup.c, the one inbox_poll uses, and a send wakes the slots of its
+ *	  topic's targets when it commits, never before: a woken relay finds
+ *	  what woke it.  Targets are hashed under a prefix of their own, so a
+ *	  target and a scope of the same name do not share a slot by design
+ *	  (two names that share one by chance cost an empty fetch).  NOTIFY
+ *	  would serialize every sending commit on one queue lock.
+ *	- The purge deletes sent messages older than inbox.outbox_retention,
+ *	  a batch at a time, through the SQL function inbox.outbox_purge, in
+ *	  the transactions of the purge worker and of inbox_purge().
+ *
+ * src/outbox.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "distributed.h"
+#include "inbox.h"
+#include "keys.h"
+#include "outbox.h"
+#include "spi.h"
+#include "wakeup.h"
+
+PG_FUNCTION_INFO_V1(inbox_uuid_v7);
+PG_FUNCTION_INFO_V1(inbox_outbox_check);
+PG_FUNCTION_INFO_V1(inbox_outbox_check_target);
+PG_FUNCTION_INFO_V1(inbox_outbox_wake);
+PG_FUNCTION_INFO_V1(inbox_outbox_generation);
+PG_FUNCTION_INFO_V1(inbox_outbox_sleep);
+PG_FUNCTION_INFO_V1(inbox_outbox_retention);
+PG_FUNCTION_INFO_V1(inbox_outbox_limits);
+
+/* inbox.outbox_retention, in seconds */
+static int	outbox_retention = 7 * SECS_PER_DAY;
+
+/* The prefix under which a target's name picks its wake-up slot */
+#define OUTBOX_WAKE_PREFIX "outbox target "
+
+void
+outbox_init(void)
+{
+	DefineCustomIntVariable("inbox.outbox_retention",
+							"How long a sent outbox message is kept before the purge deletes it.",
+							"Counted from its send; a message goes only once every route has delivered it. "
+							"Pending and dead messages are never purged.",
+							&outbox_retention,
+							7 * SECS_PER_DAY,
+							1, INBOX_MAX_RETENTION_SECONDS,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/* ------------------------------------------------------------------------
+ * Ids
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * The last id's time fields in this backend: 48 bits of Unix milliseconds
+ * and 12 bits of the millisecond's fraction, as one number.  A clock that
+ * stands still or steps back continues from it, so ids never repeat their
+ * time fields nor go back within a backend.
+ */
+static uint64 last_v7_time = 0;
+
+/*
+ * inbox.uuid_v7() -> uuid: an RFC 9562 version 7 UUID.  Bytes 0-5 are the
+ * Unix time in milliseconds, the 12 bits after the version the fraction of
+ * the millisecond (method 3 of the RFC), the rest random.
+ */
+Datum
+inbox_uuid_v7(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+	TimestampTz now = GetCurrentTimestamp();
+	int64		unix_us = now + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);
+	uint64		t;
+	uint64		ms;
+	uint32		frac;
+
+	t = ((uint64) (unix_us / 1000) << 12) | (uint64) ((unix_us % 1000) * 4096 / 1000);
+	if (t <= last_v7_time)
+		t = last_v7_time + 1;
+	last_v7_time = t;
+	ms = t >> 12;
+	frac = (uint32) (t & 0xFFF);
+
+	if (!pg_strong_random(uuid->data + 8, UUID_LEN - 8))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (unsigned char) (ms >> (40 - 8 * i));
+	uuid->data[6] = (unsigned char) (0x70 | (frac >> 8));
+	uuid->data[7] = (unsigned char) (frac & 0xFF);
+	uuid->data[8] = (unsigned char) (0x80 | (uuid->data[8] & 0x3F));
+	PG_RETURN_UUID_P(uuid);
+}
+
+/* ------------------------------------------------------------------------
+ * Checks
+ * ------------------------------------------------------------------------
+ */
+
+/* Raise 22004 if argument argno, named argname, is NULL */
+static void
+refuse_null(FunctionCallInfo fcinfo, int argno, const char *argname, const char *hint)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname),
+				 errhint("%s", hint)));
+}
+
+/*
+ * inbox.outbox_check(topic text, key text, payload_bytes bigint): the
+ * checks of a send, before it writes anything.  The outbox stays off a
+ * distributed inbox (distributed.c says why).
+ */
+Datum
+inbox_outbox_check(PG_FUNCTION_ARGS)
+{
+	inbox_refuse_if_distributed(INBOX_REFUSE_OUTBOX);
+	refuse_null(fcinfo, 0, "topic",
+				"Every message goes to a topic, which its routes name.");
+	(void) inbox_key_arg(fcinfo, 0, "topic", INBOX_MAX_TOPIC_BYTES);
+	refuse_null(fcinfo, 1, "key",
+				"A key orders the messages that share it; give every message of one entity the same key.");
+	(void) inbox_key_arg(fcinfo, 1, "key", INBOX_MAX_OUTBOX_KEY_BYTES);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be null"),
+				 errhint("Send an empty object ('{}') for a message without content.")));
+	if (PG_GETARG_INT64(2) > INBOX_MAX_OUTBOX_PAYLOAD_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("payload is too large"),
+				 errdetail("The payload takes %lld bytes; the limit is %d bytes.",
+						   (long long) PG_GETARG_INT64(2), INBOX_MAX_OUTBOX_PAYLOAD_BYTES),
+				 errhint("Store large content elsewhere and send a reference to it.")));
+	PG_RETURN_VOID();
+}
+
+/* inbox.outbox_check_target(target text): a route's or a fetch's target */
+Datum
+inbox_outbox_check_target(PG_FUNCTION_ARGS)
+{
+	inbox_refuse_if_distributed(INBOX_REFUSE_OUTBOX);
+	refuse_null(fcinfo, 0, "target",
+				"A target is the URL a route delivers to, as outbox_route was given it.");
+	(void) inbox_key_arg(fcinfo, 0, "target", INBOX_MAX_TARGET_BYTES);
+	PG_RETURN_VOID();
+}
+
+/*
+ * inbox.outbox_limits() -> (topic_bytes, key_bytes, target_bytes,
+ * payload_bytes, batch): the limits above, for the regress test that
+ * compares them with the tables' CHECK constraints, and for the SQL
+ * functions that check a batch.
+ */
+Datum
+inbox_outbox_limits(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "inbox.outbox_limits() must return a record");
+	values[0] = Int32GetDatum(INBOX_MAX_TOPIC_BYTES);
+	values[1] = Int32GetDatum(INBOX_MAX_OUTBOX_KEY_BYTES);
+	values[2] = Int32GetDatum(INBOX_MAX_TARGET_BYTES);
+	values[3] = Int32GetDatum(INBOX_MAX_OUTBOX_PAYLOAD_BYTES);
+	values[4] = Int32GetDatum(INBOX_OUTBOX_MAX_BATCH);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/* ------------------------------------------------------------------------
+ * Waking relays
+ * ------------------------------------------------------------------------
+ */
+
+/* The name whose wake-up slot a target's relays sleep on */
+static text *
+wake_name(text *target)
+{
+	int			len = VARSIZE_ANY_EXHDR(target);
+	int			plen = strlen(OUTBOX_WAKE_PREFIX);
+	text	   *name = palloc(VARHDRSZ + plen + len);
+
+	SET_VARSIZE(name, VARHDRSZ + plen + len);
+	memcpy(VARDATA(name), OUTBOX_WAKE_PREFIX, plen);
+	memcpy(VARDATA(name) + plen, VARDATA_ANY(target), len);
+	return name;
+}
+
+/*
+ * inbox.outbox_wake(target text): wake the relays waiting on target when
+ * this transaction commits.  A send calls it for each target of its topic;
+ * an acknowledgement, a failure and a requeue too, since each can make a
+ * key's next message fetchable.
+ */
+Datum
+inbox_outbox_wake(PG_FUNCTION_ARGS)
+{
+	inbox_wakeup_note(wake_name(PG_GETARG_TEXT_PP(0)));
+	PG_RETURN_VOID();
+}
+
+/*
+ * inbox.outbox_generation(target text) -> bigint: the generation of the
+ * target's slot, read before a fetch looks, so that a commit between the
+ * look and the sleep is not missed.  Raises if the fetch cannot wait.
+ */
+Datum
+inbox_outbox_generation(PG_FUNCTION_ARGS)
+{
+	if (!inbox_wakeup_available())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("outbox_fetch cannot wait: the inbox library is not in shared_preload_libraries"),
+				 errdetail("A waiting fetch sleeps on a condition variable in shared memory, "
+						   "which exists only when the library is preloaded."),
+				 errhint("Add inbox to shared_preload_libraries and restart, or pass wait => NULL "
+						 "and fetch again after a pause.")));
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("outbox_fetch cannot wait under REPEATABLE READ or SERIALIZABLE"),
+				 errdetail("The transaction's snapshot was taken before the wait, "
+						   "so it could never see a message that arrives during it."),
+				 errhint("Fetch in a READ COMMITTED transaction, or pass wait => NULL.")));
+	PG_RETURN_INT64((int64) inbox_wakeup_generation(wake_name(PG_GETARG_TEXT_PP(0))));
+}
+
+/*
+ * inbox.outbox_sleep(target text, generation bigint, until timestamptz):
+ * sleep until a commit wakes target's relays, or until, unless a commit
+ * already moved the slot past generation.  Cancellable.
+ */
+Datum
+inbox_outbox_sleep(PG_FUNCTION_ARGS)
+{
+	text	   *name = wake_name(PG_GETARG_TEXT_PP(0));
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz until = PG_GETARG_TIMESTAMPTZ(2);
+	long		secs;
+	int			usecs;
+
+	if (until <= now)
+		PG_RETURN_VOID();
+	/* Never longer than a fetch may wait, whatever until says */
+	if (until - now > (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC)
+		until = now + (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC;
+	TimestampDifference(now, until, &secs, &usecs);
+	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
+	PG_RETURN_VOID();
+}
+
+/* ------------------------------------------------------------------------
+ * Retention
+ * ------------------------------------------------------------------------
+ */
+
+/* inbox.outbox_retention() -> interval: the setting in force */
+Datum
+inbox_outbox_retention(PG_FUNCTION_ARGS)
+{
+	Interval   *result = palloc0(sizeof(Interval));
+
+	result->time = (int64) outbox_retention * USECS_PER_SEC;
+	PG_RETURN_INTERVAL_P(result);
+}
+
+static SPIPlanPtr purge_plan = NULL;
+
+/*
+ * Delete at most limit sent messages past inbox.outbox_retention; *more
+ * says whether the batch was full.  Nothing in a database whose SQL has
+ * no outbox (an older version): the function is looked up first.
+ */
+int64
+inbox_outbox_purge_batch(int limit, bool *more)
+{
+	Oid			argtypes[1] = {INT4OID};
+	Datum		values[1];
+	Oid			nsp = get_namespace_oid("inbox", true);
+	bool		isnull;
+	int64		purged;
+
+	*more = false;
+	if (limit <= 0 || !OidIsValid(nsp) || !OidIsValid(inbox_relid("outbox_messages")))
+		return 0;
+	values[0] = Int32GetDatum(limit);
+	inbox_execute_plan(inbox_plan(&purge_plan, "SELECT inbox.outbox_purge($1)", 1, argtypes),
+					   values, NULL, SPI_OK_SELECT, "inbox.outbox_purge");
+	purged = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		purged = 0;
+	*more = purged >= limit;
+	return purged;
+}

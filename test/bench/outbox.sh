@@ -1,0 +1,118 @@
+#-------------------------------------------------------------------------
+#
+# outbox.sh
+#	  The outbox's send path, sourced by bench.sh on its cluster: a
+#	  producer's transaction (business INSERT + outbox_send) against the
+#	  same transaction with pgmq.send (where pgmq is installed) and with a
+#	  hand-written outbox that gives the same per-key order, at 10 keys,
+#	  1,000 keys and a key per message.  Same clients, fsync and
+#	  synchronous_commit as the claim variants.
+#
+# At few keys the sends of one key wait for each other's commits: that is
+# what ordering by commit costs, and the hand-written outbox pays it too.
+# pgmq keeps no order per key.  Targets: outbox >= 1.0 x pgmq, >= 0.95 x
+# hand-written.
+#
+# test/bench/outbox.sh
+#
+#-------------------------------------------------------------------------
+
+ob_seconds=${BENCH_OUTBOX_SECONDS:-15}
+ob_rounds=${BENCH_OUTBOX_ROUNDS:-3}
+
+echo "## Outbox: business INSERT + send, one transaction"
+echo
+echo "- $clients clients, -j $jobs, -M prepared, $ob_seconds s per run, $ob_rounds round(s) rotating the order, medians"
+echo
+
+createdb outbox_bench
+export PGDATABASE=outbox_bench
+psql -X -q -v ON_ERROR_STOP=1 -f "$here/base.sql" >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+-- One route, so that every send writes its delivery row as in production
+SELECT outbox_route('bench', 'https://bench.example/hook');
+CREATE TABLE hand_outbox_keys (key text COLLATE "C" PRIMARY KEY, last bigint NOT NULL);
+CREATE TABLE hand_outbox (
+	id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	key text COLLATE "C" NOT NULL,
+	position bigint NOT NULL,
+	payload jsonb NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	sent_at timestamptz
+);
+-- What its relay would walk: the unsent messages, key by key
+CREATE INDEX hand_outbox_unsent ON hand_outbox (key, position) WHERE sent_at IS NULL;
+SQL
+ob_pgmq=$(sql "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgmq'")
+if [ "$ob_pgmq" = 1 ]; then
+	sql "CREATE EXTENSION pgmq; SELECT pgmq.create('bench_outbox')" >/dev/null
+else
+	echo "pgmq is not installed here: the outbox is compared with the hand-written outbox only."
+	echo
+fi
+sql "VACUUM ANALYZE" >/dev/null
+
+# ob_run VARIANT NKEYS: one pgbench run; prints its tps, after checking
+# that each transaction wrote one order and one message
+ob_run()
+{
+	local v=$1 nkeys=$2 out tps file count before after
+	case $v in
+		outbox) file=outbox_send.sql; count="SELECT count(*) FROM inbox.outbox_messages" ;;
+		pgmq) file=outbox_pgmq.sql; count="SELECT count(*) FROM pgmq.q_bench_outbox" ;;
+		hand) file=outbox_hand.sql; count="SELECT count(*) FROM hand_outbox" ;;
+	esac
+	sql "CHECKPOINT" >/dev/null
+	before=$(sql "$count")
+	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$ob_seconds" \
+		-D base="$((RANDOM * 100000000000))" -D span=99999999999 -D nkeys="$nkeys" \
+		-f "$here/$file" 2>&1); then
+		echo "$out" >&2
+		fail "pgbench failed on outbox variant $v ($nkeys keys)"
+	fi
+	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
+	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for outbox variant $v"; }
+	after=$(sql "$count")
+	[ "$((after - before))" -gt 0 ] || fail "outbox variant $v ($nkeys keys) wrote no message"
+	echo "$tps"
+}
+
+declare -A ob_tps=() ob_med=()
+ob_variants=(outbox hand)
+[ "$ob_pgmq" = 1 ] && ob_variants+=(pgmq)
+for nkeys in 10 1000 0; do
+	for ((r = 0; r < ob_rounds; r++)); do
+		for ((i = 0; i < ${#ob_variants[@]}; i++)); do
+			v=${ob_variants[(i + r) % ${#ob_variants[@]}]}
+			res=$(ob_run "$v" "$nkeys") || exit 1
+			ob_tps[$v.$nkeys]="${ob_tps[$v.$nkeys]:-} $res"
+		done
+	done
+done
+
+# Per key, positions have no gap and no repeat: 1 .. n
+bad=$(sql "SELECT count(*) FROM (SELECT key FROM inbox.outbox_messages GROUP BY key
+		   HAVING max(position) <> count(*) OR count(DISTINCT position) <> count(*)) x")
+[ "$bad" = 0 ] || fail "outbox: $bad keys whose positions are not 1 .. n"
+
+echo "| keys | variant | median tps | min | max |"
+echo "|---|---|---:|---:|---:|"
+for nkeys in 10 1000 0; do
+	for v in "${ob_variants[@]}"; do
+		read -r med min max <<<"$(stats "${ob_tps[$v.$nkeys]}")"
+		ob_med[$v.$nkeys]=$med
+		echo "| $([ "$nkeys" = 0 ] && echo unique || echo "$nkeys") | $v | $med | $min | $max |"
+	done
+done
+echo
+for nkeys in 10 1000 0; do
+	label=$([ "$nkeys" = 0 ] && echo "unique keys" || echo "$nkeys keys")
+	awk -v o="${ob_med[outbox.$nkeys]}" -v h="${ob_med[hand.$nkeys]}" -v l="$label" 'BEGIN {
+		printf "%s: outbox/hand %.2f (target 0.95)\n", l, o / h }'
+	if [ "$ob_pgmq" = 1 ]; then
+		awk -v o="${ob_med[outbox.$nkeys]}" -v p="${ob_med[pgmq.$nkeys]}" -v l="$label" 'BEGIN {
+			printf "%s: outbox/pgmq %.2f (target 1.0)\n", l, o / p }'
+	fi
+done
+echo
+export PGDATABASE=bench
