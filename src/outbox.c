@@ -34,7 +34,6 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -317,12 +316,12 @@ inbox_outbox_purge_batch(int limit, bool *more)
 {
 	Oid			argtypes[1] = {INT4OID};
 	Datum		values[1];
-	Oid			nsp = get_namespace_oid("inbox", true);
 	bool		isnull;
 	int64		purged;
 
 	*more = false;
-	if (limit <= 0 || !OidIsValid(nsp) || !OidIsValid(inbox_relid("outbox_messages")))
+	/* inbox_relid also answers InvalidOid without schema inbox */
+	if (limit <= 0 || !OidIsValid(inbox_relid("outbox_messages")))
 		return 0;
 	values[0] = Int32GetDatum(limit);
 	inbox_execute_plan(inbox_plan(&purge_plan, "SELECT inbox.outbox_purge($1)", 1, argtypes),
