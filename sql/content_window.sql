@@ -141,6 +141,41 @@ SELECT message_id FROM inbox.content_window WHERE scope = 'cw-reject' ORDER BY m
 SELECT message_id FROM inbox_content_duplicates WHERE scope = 'cw-warn' ORDER BY message_id;
 
 --
+-- The content's row is written without the planner (src/window.c) only
+-- into inbox.content_window as sql/inbox.sql makes it: a table with a
+-- CHECK or a trigger more takes the statement, which enforces them, as
+-- it does with inbox.direct_insert = off.  Each case is rolled back; the
+-- failing rows' timestamps are left out of the errors shown.
+--
+SELECT inbox_set_content_window('cw-guard', '1 hour', 'warn');
+BEGIN;
+ALTER TABLE inbox.content_window ADD CONSTRAINT content_window_test CHECK (message_id <> 'refused');
+SELECT regexp_replace(regress.try_rows($$SELECT inbox_claim('cw-guard', 'refused', sha256('guard 1'))$$), ' \[Failing row .*\]', '') AS claim;
+SELECT regexp_replace(regress.try_rows($$SELECT * FROM inbox_claim_many('cw-guard', ARRAY['refused'], ARRAY[sha256('guard 2')])$$), ' \[Failing row .*\]', '') AS claim_many;
+SELECT regexp_replace(regress.try_rows($$SELECT inbox_receive('cw-guard', 'refused', '{"guard": 3}'::jsonb)$$), ' \[Failing row .*\]', '') AS receive;
+SELECT inbox_claim('cw-guard', 'accepted', sha256('guard 4'));
+SET LOCAL inbox.direct_insert = off;
+SELECT regexp_replace(regress.try_rows($$SELECT inbox_claim('cw-guard', 'refused', sha256('guard 5'))$$), ' \[Failing row .*\]', '') AS claim_off;
+ROLLBACK;
+BEGIN;
+CREATE FUNCTION regress.content_row_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE NOTICE 'content row of %', NEW.message_id;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER content_row_seen BEFORE INSERT ON inbox.content_window
+	FOR EACH ROW EXECUTE FUNCTION regress.content_row_seen();
+SELECT inbox_claim('cw-guard', 'triggered', sha256('guard 6'));
+ROLLBACK;
+-- As made, the row is written again, and a second id of its content is
+-- found by the statement
+SELECT inbox_claim('cw-guard', 'g1', sha256('guard 7')), inbox_claim('cw-guard', 'g2', sha256('guard 7'));
+SELECT message_id, expires_at = seen_at + interval '1 hour' AS expires
+  FROM inbox.content_window WHERE scope = 'cw-guard';
+SELECT message_id, first_message_id FROM inbox_content_duplicates WHERE scope = 'cw-guard';
+SELECT inbox_drop_scope('cw-guard') > 0 AS dropped;
+
+--
 -- Off: the contents are forgotten, and claims go on as without a window.
 --
 SELECT inbox_set_content_window('cw-reject', NULL, NULL);

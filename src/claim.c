@@ -391,7 +391,7 @@ claim_key(const KeyPlans *kp, KeyStatement kind, Datum *values, const char *null
 			inbox_stats_count(scope, INBOX_COUNT_ENTRY);
 			/* A new id: the content may still be a message sent again */
 			if (!kp->legacy)
-				inbox_window_claimed(scope, message_id, payload_hash, NULL);
+				inbox_window_claimed(scope, message_id, payload_hash, NULL, false);
 			return true;
 		}
 		if (lookup_entry(kp, scope, message_id, &entry))
@@ -477,10 +477,10 @@ inbox_claim_direct(FunctionCallInfo fcinfo, bool *claimed)
 		case INBOX_DIRECT_WRITTEN:
 			inbox_stats_count(scope, INBOX_COUNT_ENTRY);
 			/* A new id: the content may still be a message sent again */
-			if (windowed)
+			if (windowed && !inbox_window_first(scope, message_id, payload_hash))
 			{
 				inbox_spi_connect();
-				inbox_window_claimed(scope, message_id, payload_hash, NULL);
+				inbox_window_claimed(scope, message_id, payload_hash, NULL, true);
 				SPI_finish();
 			}
 			*claimed = true;

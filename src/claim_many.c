@@ -461,7 +461,7 @@ batch_window(Batch *batch)
 
 		snprintf(where, sizeof(where), "It is message_ids[%d]; nothing of the batch was claimed.",
 				 written[i]->position);
-		inbox_window_claimed(batch->scope, written[i]->message_id, written[i]->payload_hash, where);
+		inbox_window_claimed(batch->scope, written[i]->message_id, written[i]->payload_hash, where, false);
 	}
 	pfree(written);
 }

@@ -465,6 +465,57 @@ open_leaf(InboxDirectWriter *w, int leafno)
 }
 
 /*
+ * Insert the row in slot into rri's table as INSERT ... ON CONFLICT DO
+ * NOTHING does, arbitrated by the unique indexes of arbiter: what
+ * nodeModifyTable.c's ExecInsert calls, in its order, under the same
+ * speculative-insertion lock.  A row of the same key whose inserter is in
+ * progress is waited for.  True when the row was written; false, having
+ * written nothing, when a row of the key exists, committed or written by
+ * this transaction: its tid is put in *conflict.  rri's indexes are open
+ * (with the speculative details of its unique ones), and estate's output
+ * command id is set; the caller evaluates no constraint the table has.
+ */
+bool
+inbox_direct_insert(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot, List *arbiter,
+					ItemPointer conflict)
+{
+	Relation	rel = rri->ri_RelationDesc;
+
+	for (;;)
+	{
+		bool		spec_conflict = false;
+		TransactionId xid;
+		uint32		token;
+		List	   *recheck;
+
+		/* Wait for, or find, a row of the same key, as ExecInsert does */
+		if (!inbox_check_index_constraints(rri, slot, estate, conflict, arbiter))
+			return false;
+
+		/*
+		 * The transaction gets its id only now, as with the SQL statement: a
+		 * duplicate writes nothing, and its commit need not be flushed.
+		 */
+		xid = GetCurrentTransactionId();
+		token = SpeculativeInsertionLockAcquire(xid);
+		table_tuple_insert_speculative(rel, slot, estate->es_output_cid, 0, NULL, token);
+		recheck = inbox_insert_index_tuples(rri, slot, estate, &spec_conflict, arbiter);
+		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(xid);
+		list_free(recheck);
+		if (!spec_conflict)
+			return true;
+
+		/*
+		 * A concurrent insertion of the key got into the index between the
+		 * check and ours, which was backed out.  Check again, which now
+		 * waits for that insertion's transaction.
+		 */
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * Write a claim's entry (scope, message_id, payload_hash, in bucket's
  * leaf) as INSERT ... ON CONFLICT DO NOTHING would.  INBOX_DIRECT_WRITTEN
  * or INBOX_DIRECT_CONFLICT; INBOX_DIRECT_UNAVAILABLE, having done nothing,
@@ -479,6 +530,7 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 	TupleTableSlot *slot;
 	MemoryContext caller_cxt;
 	InboxDirectResult result;
+	ItemPointerData conflict_tid;
 
 	if (leaf == NULL)
 		return INBOX_DIRECT_UNAVAILABLE;
@@ -505,50 +557,12 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 	ExecStoreVirtualTuple(slot);
 	slot->tts_tableOid = RelationGetRelid(leaf->rel);
 
-	for (;;)
+	if (inbox_direct_insert(estate, leaf->rri, slot, leaf->arbiter, &conflict_tid))
+		result = INBOX_DIRECT_WRITTEN;
+	else
 	{
-		ItemPointerData conflict_tid;
-		bool		spec_conflict = false;
-		TransactionId xid;
-		uint32		token;
-		List	   *recheck;
-
-		/*
-		 * Wait for, or find, an entry of the same key, as ExecInsert does
-		 * before a speculative insertion.  A committed one ends the claim.
-		 */
-		if (!inbox_check_index_constraints(leaf->rri, slot, estate, &conflict_tid,
-										   leaf->arbiter))
-		{
-			check_conflict_visible(estate, leaf->rel, &conflict_tid);
-			result = INBOX_DIRECT_CONFLICT;
-			break;
-		}
-
-		/*
-		 * The transaction gets its id only now, as with the SQL statement: a
-		 * duplicate writes nothing, and its commit need not be flushed.
-		 */
-		xid = GetCurrentTransactionId();
-		token = SpeculativeInsertionLockAcquire(xid);
-		table_tuple_insert_speculative(leaf->rel, slot, estate->es_output_cid, 0, NULL, token);
-		recheck = inbox_insert_index_tuples(leaf->rri, slot, estate, &spec_conflict,
-											leaf->arbiter);
-		table_tuple_complete_speculative(leaf->rel, slot, token, !spec_conflict);
-		SpeculativeInsertionLockRelease(xid);
-		list_free(recheck);
-		if (!spec_conflict)
-		{
-			result = INBOX_DIRECT_WRITTEN;
-			break;
-		}
-
-		/*
-		 * A concurrent claim of the key got into the index between the
-		 * check and the insertion; ours was backed out.  Check again,
-		 * which now waits for that claim's transaction.
-		 */
-		CHECK_FOR_INTERRUPTS();
+		check_conflict_visible(estate, leaf->rel, &conflict_tid);
+		result = INBOX_DIRECT_CONFLICT;
 	}
 
 	MemoryContextSwitchTo(caller_cxt);

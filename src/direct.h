@@ -12,6 +12,7 @@
 #define INBOX_DIRECT_H
 
 #include "fmgr.h"
+#include "nodes/execnodes.h"
 #include "datatype/timestamp.h"
 #include "utils/uuid.h"
 
@@ -27,6 +28,8 @@ typedef struct InboxDirectWriter InboxDirectWriter;
 
 extern void direct_init(void);
 extern bool inbox_direct_available(void);
+extern bool inbox_direct_insert(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot,
+								List *arbiter, ItemPointer conflict);
 extern InboxDirectWriter *inbox_direct_begin(const char *command);
 extern InboxDirectResult inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope,
 											text *message_id, bytea *payload_hash);

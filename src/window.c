@@ -24,7 +24,19 @@
  *	  update keeps it as it is and returns it, naming the first id.
  *
  * The update locks the row, so of two claims that would both commit only
- * one can be the first.  The content check follows the entry's arbitration,
+ * one can be the first.
+ *
+ * Most claims are the first of their content, and need no update: where
+ * direct.c may write (inbox_direct_available), the content's row is first
+ * inserted as ON CONFLICT DO NOTHING would, with the executor's routines
+ * and the same arbitration (inbox_direct_insert), which spares a
+ * statement's start-up.  Only when a row of the content exists does the
+ * claim run the statement above, which decides as described.  That write
+ * evaluates no constraint, so it is made only while inbox.content_window
+ * is as sql/inbox.sql makes it: its five columns, no CHECK, no trigger,
+ * rule or row-level security, its primary key on (scope, payload_hash)
+ * (content_layout_ok); any other table takes the statement, which
+ * enforces what the table holds.  The content check follows the entry's arbitration,
  * so that a redelivery of a message id is always the ordinary duplicate,
  * never a content duplicate.  Under REPEATABLE READ and SERIALIZABLE, a
  * first claim committed after the caller's snapshot makes the executor
@@ -50,18 +62,28 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "conflicts.h"
+#include "direct.h"
 #include "inbox.h"
 #include "keys.h"
 #include "spi.h"
@@ -88,6 +110,30 @@ static MemoryContext windows_cxt = NULL;
 static bool windows_valid = false;
 static Oid	windows_relid = InvalidOid;
 static bool windows_callback_registered = false;
+
+/*
+ * inbox.content_window, found on first use, and whether the direct write
+ * may insert into it (-1: not decided yet): both forgotten at any
+ * invalidation of the table.
+ */
+static Oid	content_relid = InvalidOid;
+static int	content_verdict = -1;
+
+/* The columns of inbox.content_window, in order, as the direct write fills them */
+#define Natts_content_window		5
+static const struct
+{
+	const char *name;
+	Oid			type;
+	Oid			collation;
+}			content_columns[Natts_content_window] =
+{
+	{"scope", TEXTOID, C_COLLATION_OID},
+	{"payload_hash", BYTEAOID, InvalidOid},
+	{"message_id", TEXTOID, C_COLLATION_OID},
+	{"seen_at", TIMESTAMPTZOID, InvalidOid},
+	{"expires_at", TIMESTAMPTZOID, InvalidOid},
+};
 
 /* A claim's content row: the first id of the content within the window */
 static const char *const window_claim_sql =
@@ -147,6 +193,11 @@ windows_invalidate(Datum arg, Oid relid)
 	 */
 	if (relid == InvalidOid || relid == windows_relid)
 		windows_valid = false;
+	if (relid == InvalidOid || relid == content_relid)
+	{
+		content_relid = InvalidOid;
+		content_verdict = -1;
+	}
 }
 
 /*
@@ -275,15 +326,151 @@ inbox_window_on(const text *scope)
 }
 
 /*
+ * Whether rel, inbox.content_window, is as sql/inbox.sql makes it, so that
+ * a row written without the executor's checks is one the SQL statement
+ * would write: its columns (no type modifier, no identity or generated
+ * column: the write sets all five, never to NULL, so neither NOT NULL nor a
+ * default matters), no CHECK, no trigger, rule or row-level security, a
+ * plain table, and the primary key on (scope, payload_hash), immediate,
+ * which arbitrates.  *pkey is that index.
+ */
+static bool
+content_layout_ok(Relation rel, Oid *pkey)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Relation	index;
+	bool		ok;
+	int			i;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
+		rel->rd_rules != NULL || rel->rd_rel->relrowsecurity ||
+		desc->natts != Natts_content_window ||
+		(desc->constr != NULL && desc->constr->num_check != 0))
+		return false;
+	for (i = 0; i < Natts_content_window; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || strcmp(NameStr(att->attname), content_columns[i].name) != 0 ||
+			att->atttypid != content_columns[i].type || att->atttypmod != -1 ||
+			att->attcollation != content_columns[i].collation ||
+			att->attidentity != '\0' || att->attgenerated != '\0')
+			return false;
+	}
+	*pkey = inbox_primary_key(rel);
+	if (!OidIsValid(*pkey))
+		return false;
+	index = index_open(*pkey, AccessShareLock);
+	ok = index->rd_index->indisunique && index->rd_index->indimmediate &&
+		index->rd_index->indnkeyatts == 2 &&
+		index->rd_index->indkey.values[0] == 1 && index->rd_index->indkey.values[1] == 2 &&
+		RelationGetIndexExpressions(index) == NIL && RelationGetIndexPredicate(index) == NIL;
+	index_close(index, AccessShareLock);
+	return ok;
+}
+
+/*
+ * Insert the content's row of a claim as INSERT ... ON CONFLICT DO NOTHING
+ * would (see above): true when it was written, the claim being the first
+ * of its content; false, having written nothing, when a row of the
+ * content exists or the write must take the statement.
+ */
+static bool
+content_first_direct(const text *scope, const text *message_id, const bytea *payload_hash,
+					 const Interval *within)
+{
+	Oid			relid;
+	Oid			pkey = InvalidOid;
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+	ItemPointerData conflict;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	MemoryContext caller_cxt;
+	bool		first;
+
+	/* A bounded wait for an uncommitted first claim is the statement's */
+	if (content_verdict == 0 || !inbox_direct_available() || inbox_claim_bounded())
+		return false;
+	if (!OidIsValid(content_relid))
+		content_relid = inbox_relid("content_window");
+	relid = content_relid;
+	if (!OidIsValid(relid))
+		return false;
+
+	/* The lock may process an invalidation that drops the table's OID */
+	LockRelationOid(relid, RowExclusiveLock);
+	if (relid != content_relid)
+		return false;
+	rel = table_open(relid, NoLock);
+	if (content_verdict < 0)
+		content_verdict = content_layout_ok(rel, &pkey) ? 1 : 0;
+	else
+		pkey = inbox_primary_key(rel);
+	if (content_verdict != 1 ||
+		pg_class_aclcheck(relid, GetUserId(), ACL_INSERT) != ACLCHECK_OK)
+	{
+		table_close(rel, NoLock);
+		return false;
+	}
+
+	estate = CreateExecutorState();
+	caller_cxt = MemoryContextSwitchTo(estate->es_query_cxt);
+	estate->es_output_cid = GetCurrentCommandId(true);
+	rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 0, NULL, 0);
+	ExecOpenIndices(rri, true);
+	slot = table_slot_create(rel, NULL);
+	ExecClearTuple(slot);
+	slot->tts_values[0] = PointerGetDatum(scope);
+	slot->tts_values[1] = PointerGetDatum(payload_hash);
+	slot->tts_values[2] = PointerGetDatum(message_id);
+	slot->tts_values[3] = TimestampTzGetDatum(now);
+	slot->tts_values[4] = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
+											  IntervalPGetDatum(within));
+	memset(slot->tts_isnull, false, Natts_content_window * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+
+	first = inbox_direct_insert(estate, rri, slot, list_make1_oid(pkey), &conflict);
+
+	ExecDropSingleTupleTableSlot(slot);
+	ExecCloseIndices(rri);
+	MemoryContextSwitchTo(caller_cxt);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
+	return first;
+}
+
+/*
+ * For the direct claim (claim.c), which holds no SPI connection: a claim of
+ * scope wrote the entry of a new message id with payload_hash; true if
+ * the scope's window, as the cache knows it, took the content's row as
+ * the first of its content.  False, having done nothing, when that takes
+ * a statement: then inbox_window_claimed(..., true) with a connection.
+ */
+bool
+inbox_window_first(const text *scope, const text *message_id, const bytea *payload_hash)
+{
+	ScopeWindow *window;
+	Interval	within;
+
+	if (payload_hash == NULL || !windows_valid || (window = window_lookup(scope)) == NULL)
+		return false;
+	within = window->within;
+	return content_first_direct(scope, message_id, payload_hash, &within);
+}
+
+/*
  * A claim (or receive) of scope wrote the entry of a new message id with
  * payload_hash: apply the scope's window, if it has one.  where is a
  * sentence that an error adds about the claim (which id of a batch), or
- * NULL.
- * The caller holds an SPI connection, as the extension's owner.
+ * NULL; direct_tried, that inbox_window_first() was called and returned
+ * false.  The caller holds an SPI connection, as the extension's owner.
  */
 void
 inbox_window_claimed(const text *scope, const text *message_id,
-					 const bytea *payload_hash, const char *where)
+					 const bytea *payload_hash, const char *where, bool direct_tried)
 {
 	ScopeWindow *window;
 	Oid			types[4] = {TEXTOID, BYTEAOID, TEXTOID, INTERVALOID};
@@ -303,6 +490,8 @@ inbox_window_claimed(const text *scope, const text *message_id,
 	/* Copied: running a statement may process an invalidation */
 	within = window->within;
 	reject = window->reject;
+	if (!direct_tried && content_first_direct(scope, message_id, payload_hash, &within))
+		return;
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(payload_hash);
