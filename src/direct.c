@@ -19,6 +19,19 @@
  * same unique index, including the wait for an uncommitted conflicting
  * claim, which inbox.claim_timeout bounds here as it bounds the statement.
  *
+ * One step is left out where it is only an optimization: the probe of the
+ * unique index before the insertion, which spares a row that turns out to
+ * be a duplicate its heap insertion and backing out.  The insertion into
+ * the unique index detects every conflict itself (that is what makes the
+ * speculative insertion safe under concurrency), and a conflict it
+ * detects backs the row out and starts again with the probe, which waits
+ * for an uncommitted conflicting row.  A batch skips the probe once it has
+ * written a row, until its first conflict: by then the transaction has an
+ * id and its commit is flushed anyway, so a duplicate costs only a dead
+ * row, and the ids of a batch that follow a new one are mostly new.  A
+ * batch that begins with duplicates, and a single claim, probe first, and
+ * so write nothing when the key is taken.
+ *
  * What the SQL statement would also do, and why it is not needed here:
  *
  *	- the CHECK constraints: they repeat the key checks that keys.c made
@@ -333,6 +346,7 @@ struct InboxDirectWriter
 	EState	   *estate;
 	Oid			entries;		/* inbox.entries, locked */
 	bool		pushed;			/* whether it pushed the active snapshot */
+	bool		optimistic;		/* whether the next write skips the probe */
 	DirectLeaf	leaves[INBOX_LEAVES];
 };
 
@@ -471,13 +485,16 @@ open_leaf(InboxDirectWriter *w, int leafno)
  * speculative-insertion lock.  A row of the same key whose inserter is in
  * progress is waited for.  True when the row was written; false, having
  * written nothing, when a row of the key exists, committed or written by
- * this transaction: its tid is put in *conflict.  rri's indexes are open
- * (with the speculative details of its unique ones), and estate's output
- * command id is set; the caller evaluates no constraint the table has.
+ * this transaction: its tid is put in *conflict.  probe false skips the
+ * probe before the first insertion (see above): only a caller whose
+ * transaction already has an id should ask for that.  rri's indexes are
+ * open (with the speculative details of its unique ones), and estate's
+ * output command id is set; the caller evaluates no constraint the table
+ * has.
  */
 bool
 inbox_direct_insert(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot, List *arbiter,
-					ItemPointer conflict)
+					bool probe, ItemPointer conflict)
 {
 	Relation	rel = rri->ri_RelationDesc;
 
@@ -489,8 +506,9 @@ inbox_direct_insert(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot, Li
 		List	   *recheck;
 
 		/* Wait for, or find, a row of the same key, as ExecInsert does */
-		if (!inbox_check_index_constraints(rri, slot, estate, conflict, arbiter))
+		if (probe && !inbox_check_index_constraints(rri, slot, estate, conflict, arbiter))
 			return false;
+		probe = true;
 
 		/*
 		 * The transaction gets its id only now, as with the SQL statement: a
@@ -557,12 +575,17 @@ inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope, text *message_
 	ExecStoreVirtualTuple(slot);
 	slot->tts_tableOid = RelationGetRelid(leaf->rel);
 
-	if (inbox_direct_insert(estate, leaf->rri, slot, leaf->arbiter, &conflict_tid))
+	if (inbox_direct_insert(estate, leaf->rri, slot, leaf->arbiter, !w->optimistic,
+							&conflict_tid))
+	{
 		result = INBOX_DIRECT_WRITTEN;
+		w->optimistic = true;
+	}
 	else
 	{
 		check_conflict_visible(estate, leaf->rel, &conflict_tid);
 		result = INBOX_DIRECT_CONFLICT;
+		w->optimistic = false;
 	}
 
 	MemoryContextSwitchTo(caller_cxt);

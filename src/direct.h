@@ -29,7 +29,7 @@ typedef struct InboxDirectWriter InboxDirectWriter;
 extern void direct_init(void);
 extern bool inbox_direct_available(void);
 extern bool inbox_direct_insert(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot,
-								List *arbiter, ItemPointer conflict);
+								List *arbiter, bool probe, ItemPointer conflict);
 extern InboxDirectWriter *inbox_direct_begin(const char *command);
 extern InboxDirectResult inbox_direct_write(InboxDirectWriter *w, int bucket, text *scope,
 											text *message_id, bytea *payload_hash);

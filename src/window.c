@@ -432,7 +432,7 @@ content_first_direct(const text *scope, const text *message_id, const bytea *pay
 	memset(slot->tts_isnull, false, Natts_content_window * sizeof(bool));
 	ExecStoreVirtualTuple(slot);
 
-	first = inbox_direct_insert(estate, rri, slot, list_make1_oid(pkey), &conflict);
+	first = inbox_direct_insert(estate, rri, slot, list_make1_oid(pkey), true, &conflict);
 
 	ExecDropSingleTupleTableSlot(slot);
 	ExecCloseIndices(rri);
