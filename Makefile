@@ -86,6 +86,28 @@ all install installcheck:
 	@exit 1
 endif
 
+# The relay (relay/README.md), a program of its own with its own Makefile:
+# built and installed with the library wherever its libraries' headers
+# are (librabbitmq-dev, libcurl4-openssl-dev, libssl-dev; ensure-deps.sh
+# installs them), and skipped with a note elsewhere.  "make relay" insists.
+RELAY_BUILDABLE := $(shell pkg-config --exists librabbitmq libcurl libcrypto 2>/dev/null && echo yes)
+.PHONY: relay install-relay clean-relay relay-note
+relay:
+	$(MAKE) -C relay PG_CONFIG=$(PG_CONFIG)
+install-relay: relay
+	$(MAKE) -C relay PG_CONFIG=$(PG_CONFIG) install
+clean-relay:
+	$(MAKE) -C relay clean
+relay-note:
+	@echo "inbox-relay not built: pkg-config finds no librabbitmq, libcurl or libcrypto (install librabbitmq-dev libcurl4-openssl-dev libssl-dev pkg-config)"
+ifeq ($(RELAY_BUILDABLE),yes)
+all: relay
+install: install-relay
+else
+all: relay-note
+endif
+clean: clean-relay
+
 # These entry points work on a machine without PostgreSQL's build files:
 # test/tools/run.sh installs what is missing first, then calls make again.
 .PHONY: test demo bench

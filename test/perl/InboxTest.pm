@@ -23,7 +23,10 @@ use strict;
 use warnings;
 use Exporter qw(import);
 use File::Basename ();
+use IO::Socket::INET ();
 use IPC::Run ();
+use POSIX ();
+use Time::HiRes ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils ();
 use Test::More ();
@@ -387,6 +390,61 @@ sub markdown_code_blocks
 	push @blocks, { %$open, unclosed => 1 } if $open;
 	delete @$_{qw(indent fence)} for @blocks;
 	return (\@blocks, \@prose);
+}
+
+# --- RabbitMQ -------------------------------------------------------------------
+
+# Start a private RabbitMQ (Debian's rabbitmq-server) in directory $rdir,
+# listening on loopback only, with its own epmd, in a process group of its
+# own; wait until it accepts connections.  Returns (AMQP port, process
+# group, whether it is up).  The caller kills the group (kill 'KILL',
+# -$pgid) in its END block, whatever happened.
+sub start_rabbitmq
+{
+	my ($rdir) = @_;
+	my $server = '/usr/lib/rabbitmq/bin/rabbitmq-server';
+	my ($amqp_port, $dist_port, $epmd_port) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 3;
+	mkdir $rdir or die "mkdir $rdir: $!";
+	PostgreSQL::Test::Utils::append_to_file("$rdir/rabbitmq.conf",
+		"listeners.tcp.default = 127.0.0.1:$amqp_port\n");
+	PostgreSQL::Test::Utils::append_to_file("$rdir/enabled_plugins", "[].\n");
+	my %env = (
+		HOME => $rdir,    # the Erlang cookie goes there
+		ERL_EPMD_PORT => $epmd_port,
+		ERL_EPMD_ADDRESS => '127.0.0.1',
+		RABBITMQ_NODENAME => "inbox-test-$amqp_port\@localhost",
+		RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1',
+		RABBITMQ_NODE_PORT => $amqp_port,
+		RABBITMQ_DIST_PORT => $dist_port,
+		RABBITMQ_MNESIA_BASE => "$rdir/mnesia",
+		RABBITMQ_LOG_BASE => "$rdir/log",
+		RABBITMQ_PID_FILE => "$rdir/rabbitmq.pid",
+		RABBITMQ_CONFIG_FILE => "$rdir/rabbitmq.conf",
+		RABBITMQ_ENABLED_PLUGINS_FILE => "$rdir/enabled_plugins",
+		RABBITMQ_CONF_ENV_FILE => "$rdir/no-rabbitmq-env.conf",
+		# Erlang distribution on loopback too
+		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS => '-kernel inet_dist_use_interface {127,0,0,1}');
+	my $pgid = fork() // die "fork: $!";
+	if ($pgid == 0)
+	{
+		setpgrp(0, 0);
+		@ENV{ keys %env } = values %env;
+		open(STDIN, '<', '/dev/null');
+		open(STDOUT, '>', "$rdir/server.log");
+		open(STDERR, '>&', \*STDOUT);
+		{ exec('sh', '-c', "epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$server'") };
+		POSIX::_exit(127);
+	}
+	my $up;
+	for (1 .. 10 * 180)
+	{
+		$up = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $amqp_port, Proto => 'tcp')
+		  and last;
+		last if waitpid($pgid, POSIX::WNOHANG()) != 0;
+		Time::HiRes::sleep(0.1);
+	}
+	close $up if $up;
+	return ($amqp_port, $pgid, $up ? 1 : 0);
 }
 
 1;

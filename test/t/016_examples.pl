@@ -120,54 +120,11 @@ $node->sql(PostgreSQL::Test::Utils::slurp_file("$examples/schema.sql"));
 
 # --- RabbitMQ, private, on loopback --------------------------------------------------
 
-my ($amqp_port, $dist_port, $epmd_port) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 3;
+my ($amqp_port, $broker_up);
+($amqp_port, $broker_pgid, $broker_up) = InboxTest::start_rabbitmq("$tmp/rabbitmq");
 my $amqp_url = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
-{
-	my $rdir = "$tmp/rabbitmq";
-	mkdir $rdir or die;
-	PostgreSQL::Test::Utils::append_to_file("$rdir/rabbitmq.conf",
-		"listeners.tcp.default = 127.0.0.1:$amqp_port\n");
-	PostgreSQL::Test::Utils::append_to_file("$rdir/enabled_plugins", "[].\n");
-	my %env = (
-		HOME => $rdir,    # the Erlang cookie goes there
-		ERL_EPMD_PORT => $epmd_port,
-		ERL_EPMD_ADDRESS => '127.0.0.1',
-		RABBITMQ_NODENAME => "inbox-test-$amqp_port\@localhost",
-		RABBITMQ_NODE_IP_ADDRESS => '127.0.0.1',
-		RABBITMQ_NODE_PORT => $amqp_port,
-		RABBITMQ_DIST_PORT => $dist_port,
-		RABBITMQ_MNESIA_BASE => "$rdir/mnesia",
-		RABBITMQ_LOG_BASE => "$rdir/log",
-		RABBITMQ_PID_FILE => "$rdir/rabbitmq.pid",
-		RABBITMQ_CONFIG_FILE => "$rdir/rabbitmq.conf",
-		RABBITMQ_ENABLED_PLUGINS_FILE => "$rdir/enabled_plugins",
-		RABBITMQ_CONF_ENV_FILE => "$rdir/no-rabbitmq-env.conf",
-		# Erlang distribution on loopback too
-		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS => '-kernel inet_dist_use_interface {127,0,0,1}');
-	# Its own process group, with its own epmd: END kills them all at once.
-	$broker_pgid = fork() // die "fork: $!";
-	if ($broker_pgid == 0)
-	{
-		setpgrp(0, 0);
-		@ENV{ keys %env } = values %env;
-		open(STDIN, '<', '/dev/null');
-		open(STDOUT, '>', "$rdir/server.log");
-		open(STDERR, '>&', \*STDOUT);
-		{ exec('sh', '-c', "epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$rabbitmq_server'") };
-		POSIX::_exit(127);
-	}
-	my $up;
-	for (1 .. 10 * 180)
-	{
-		$up = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $amqp_port, Proto => 'tcp')
-		  and last;
-		last if waitpid($broker_pgid, WNOHANG) != 0;
-		sleep 0.1;
-	}
-	ok($up, 'RabbitMQ listens on loopback')
-	  or BAIL_OUT('RabbitMQ did not start: ' . PostgreSQL::Test::Utils::slurp_file("$rdir/server.log"));
-	close $up if $up;
-}
+ok($broker_up, 'RabbitMQ listens on loopback')
+  or BAIL_OUT('RabbitMQ did not start: ' . PostgreSQL::Test::Utils::slurp_file("$tmp/rabbitmq/server.log"));
 
 # --- the Node.js modules -------------------------------------------------------------
 

@@ -186,9 +186,11 @@ SKIP:
 	my %in_deb = map { $_ => 1 } @files;
 	my @scripts = ("inbox--$version.sql", map { s{.*/}{}r }
 		  grep { m{^sql/inbox--[^/]+\.sql$} && !m{^sql/inbox--\Q$version\E\.sql$} } @tracked);
-	my @want = ("usr/lib/postgresql/$major/lib/inbox.so",
+	my @want = ("usr/lib/postgresql/$major/lib/inbox.so", "usr/lib/postgresql/$major/bin/inbox-relay",
 		map { "usr/share/postgresql/$major/extension/$_" } 'inbox.control', @scripts);
-	is_deeply([ grep { !$in_deb{$_} } @want ], [], 'it holds the library, the control file and ' . scalar(@scripts) . ' scripts');
+	is_deeply([ grep { !$in_deb{$_} } @want ], [],
+		'it holds the library, the relay, the control file and ' . scalar(@scripts) . ' scripts');
+	like($field{Depends}, qr/librabbitmq/, 'it depends on the relay\'s libraries');
 
 	# A copy of PostgreSQL, in the layout of the package's paths (the
 	# postgres and pg_config binaries find their share directory relative

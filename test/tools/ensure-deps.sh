@@ -13,6 +13,7 @@ PKGS="postgresql-15 postgresql-server-dev-15 postgresql-15-cron libipc-run-perl 
 PKGS="$PKGS rabbitmq-server python3-psycopg python3-pika nodejs$(command -v npm >/dev/null || echo ' npm')"  # test/t/016_examples.pl: RabbitMQ, the Python and Node.js examples (npm only where nodejs does not bring it)
 PKGS="$PKGS prometheus-postgres-exporter prometheus"  # test/t/015_monitoring.pl: the exporter, and promtool for the alert rules
 PKGS="$PKGS postgresql-server-dev-all debhelper git"  # make deb (pg_buildext, dh --with pgxs_loop) and make dist (git archive); test/t/017
+PKGS="$PKGS librabbitmq-dev libcurl4-openssl-dev libssl-dev pkg-config"  # the relay, relay/inbox-relay (AMQP, webhooks, the signature's HMAC); test/t/026
 
 missing=""
 for p in $PKGS; do

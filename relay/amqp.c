@@ -1,0 +1,307 @@
+/*-------------------------------------------------------------------------
+ *
+ * amqp.c
+ *	  inbox-relay's AMQP 0-9-1 transport (RabbitMQ):
+ *	  amqp://user@host:port/vhost?exchange=NAME&routing_key=KEY
+ *
+ * The exchange defaults to the default exchange (""), the routing key to
+ * the message's key.  The password is the target's line of the secrets
+ * file (a route never holds one).  Messages are persistent (delivery mode
+ * 2), carry the outbox id as message_id, the content type, and the
+ * message's headers plus outbox-topic, outbox-key and outbox-position as
+ * AMQP headers.
+ *
+ * The channel is in confirm mode, and a message counts as delivered only
+ * once the broker acknowledged it (basic.ack).  It is published as
+ * mandatory: a message no queue would take is returned (basic.return)
+ * before its ack, and is retried rather than lost.  A nack is retried; a
+ * closed channel or connection reopens the target at the next message.
+ *
+ * amqps:// is the same over TLS, the broker's certificate and host name
+ * verified against the CA file of the cacert parameter, Debian's bundle
+ * by default.
+ *
+ * relay/amqp.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include <amqp.h>
+#include <amqp_ssl_socket.h>
+#include <amqp_tcp_socket.h>
+
+#include "relay.h"
+
+#define CHANNEL 1
+#define CONFIRM_TIMEOUT_SECONDS 30
+#define DEFAULT_CACERT "/etc/ssl/certs/ca-certificates.crt"
+
+struct RelayTarget
+{
+	amqp_connection_state_t conn;
+	char	   *exchange;
+	char	   *routing_key;	/* NULL: the message's key */
+	uint64_t	published;		/* the channel's publish sequence */
+};
+
+static bool
+reply_ok(amqp_rpc_reply_t reply, const char *what, char *error)
+{
+	if (reply.reply_type == AMQP_RESPONSE_NORMAL)
+		return true;
+	if (reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
+		snprintf(error, RELAY_ERROR_SIZE, "%s: %s", what, amqp_error_string2(reply.library_error));
+	else if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD)
+	{
+		amqp_connection_close_t *c = reply.reply.decoded;
+
+		snprintf(error, RELAY_ERROR_SIZE, "%s: connection closed by the broker: %d %.*s", what,
+				 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
+	}
+	else if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+	{
+		amqp_channel_close_t *c = reply.reply.decoded;
+
+		snprintf(error, RELAY_ERROR_SIZE, "%s: channel closed by the broker: %d %.*s", what,
+				 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
+	}
+	else
+		snprintf(error, RELAY_ERROR_SIZE, "%s: the broker answered method %u", what, reply.reply.id);
+	return false;
+}
+
+static void
+amqp_target_close(RelayTarget *t)
+{
+	if (t->conn != NULL)
+	{
+		amqp_connection_close(t->conn, AMQP_REPLY_SUCCESS);
+		amqp_destroy_connection(t->conn);
+	}
+	free(t->exchange);
+	free(t->routing_key);
+	free(t);
+}
+
+static RelayTarget *
+amqp_target_open(const char *url, const char *secret, char *error)
+{
+	struct amqp_connection_info info;
+	char	   *base = relay_url_without_query(url);
+	RelayTarget *t = calloc(1, sizeof(RelayTarget));
+	amqp_socket_t *socket;
+	struct timeval timeout = {10, 0};
+	int			rc;
+
+	t->exchange = relay_url_param(url, "exchange");
+	if (t->exchange == NULL)
+		t->exchange = strdup("");
+	t->routing_key = relay_url_param(url, "routing_key");
+
+	amqp_default_connection_info(&info);
+	if (amqp_parse_url(base, &info) != AMQP_STATUS_OK)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "not an AMQP URL: amqp://user@host:port/vhost?exchange=...&routing_key=...");
+		free(base);
+		amqp_target_close(t);
+		return NULL;
+	}
+	if (secret != NULL)
+		info.password = (char *) secret;
+
+	t->conn = amqp_new_connection();
+	if (info.ssl)
+	{
+		char	   *cacert = relay_url_param(url, "cacert");
+
+		socket = amqp_ssl_socket_new(t->conn);
+		if (socket != NULL)
+		{
+			amqp_ssl_socket_set_verify_peer(socket, 1);
+			amqp_ssl_socket_set_verify_hostname(socket, 1);
+			rc = amqp_ssl_socket_set_cacert(socket, cacert ? cacert : DEFAULT_CACERT);
+			if (rc != AMQP_STATUS_OK)
+			{
+				snprintf(error, RELAY_ERROR_SIZE, "cannot read the CA file \"%s\": %s",
+						 cacert ? cacert : DEFAULT_CACERT, amqp_error_string2(rc));
+				free(cacert);
+				free(base);
+				amqp_target_close(t);
+				return NULL;
+			}
+		}
+		free(cacert);
+	}
+	else
+		socket = amqp_tcp_socket_new(t->conn);
+	if (socket == NULL)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "cannot create a socket");
+		free(base);
+		amqp_target_close(t);
+		return NULL;
+	}
+	rc = amqp_socket_open_noblock(socket, info.host, info.port, &timeout);
+	if (rc != AMQP_STATUS_OK)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "cannot connect to %s:%d: %s", info.host, info.port,
+				 amqp_error_string2(rc));
+		free(base);
+		amqp_destroy_connection(t->conn);
+		t->conn = NULL;
+		amqp_target_close(t);
+		return NULL;
+	}
+	if (!reply_ok(amqp_login(t->conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
+							 AMQP_SASL_METHOD_PLAIN, info.user, info.password), "login", error) ||
+		(amqp_channel_open(t->conn, CHANNEL),
+		 !reply_ok(amqp_get_rpc_reply(t->conn), "opening a channel", error)) ||
+		(amqp_confirm_select(t->conn, CHANNEL),
+		 !reply_ok(amqp_get_rpc_reply(t->conn), "publisher confirms", error)))
+	{
+		free(base);
+		amqp_target_close(t);
+		return NULL;
+	}
+	free(base);
+	return t;
+}
+
+static RelayResult
+amqp_target_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
+{
+	amqp_basic_properties_t props;
+	amqp_table_entry_t *entries = calloc(m->nheaders + 3, sizeof(amqp_table_entry_t));
+	amqp_bytes_t body = {m->body_len, (void *) m->body};
+	uint64_t	tag;
+	bool		returned = false;
+	int			i,
+				rc;
+	struct timeval deadline,
+				now;
+
+	for (i = 0; i < m->nheaders; i++)
+	{
+		entries[i].key = amqp_cstring_bytes(m->header_names[i]);
+		entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+		entries[i].value.value.bytes = amqp_cstring_bytes(m->header_values[i]);
+	}
+	entries[i].key = amqp_cstring_bytes("outbox-topic");
+	entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+	entries[i++].value.value.bytes = amqp_cstring_bytes(m->topic);
+	entries[i].key = amqp_cstring_bytes("outbox-key");
+	entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+	entries[i++].value.value.bytes = amqp_cstring_bytes(m->key);
+	entries[i].key = amqp_cstring_bytes("outbox-position");
+	entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+	entries[i++].value.value.bytes = amqp_cstring_bytes(m->position);
+
+	memset(&props, 0, sizeof(props));
+	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_HEADERS_FLAG;
+	props.content_type = amqp_cstring_bytes(m->binary ? "application/octet-stream" : "application/json");
+	props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+	props.message_id = amqp_cstring_bytes(m->id);
+	props.headers.num_entries = i;
+	props.headers.entries = entries;
+
+	rc = amqp_basic_publish(t->conn, CHANNEL, amqp_cstring_bytes(t->exchange),
+							amqp_cstring_bytes(t->routing_key ? t->routing_key : m->key),
+							1, 0, &props, body);
+	free(entries);
+	if (rc != AMQP_STATUS_OK)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "publish: %s", amqp_error_string2(rc));
+		return RELAY_DOWN;
+	}
+	tag = ++t->published;
+
+	/* The broker's confirmation of this message: ack, nack, or return then ack */
+	gettimeofday(&deadline, NULL);
+	deadline.tv_sec += CONFIRM_TIMEOUT_SECONDS;
+	for (;;)
+	{
+		amqp_frame_t frame;
+		struct timeval left;
+
+		gettimeofday(&now, NULL);
+		timersub(&deadline, &now, &left);
+		if (left.tv_sec < 0)
+		{
+			snprintf(error, RELAY_ERROR_SIZE, "no confirmation from the broker within %d s",
+					 CONFIRM_TIMEOUT_SECONDS);
+			return RELAY_DOWN;
+		}
+		amqp_maybe_release_buffers(t->conn);
+		rc = amqp_simple_wait_frame_noblock(t->conn, &frame, &left);
+		if (rc == AMQP_STATUS_TIMEOUT)
+			continue;
+		if (rc != AMQP_STATUS_OK)
+		{
+			snprintf(error, RELAY_ERROR_SIZE, "waiting for the confirmation: %s", amqp_error_string2(rc));
+			return RELAY_DOWN;
+		}
+		if (frame.frame_type != AMQP_FRAME_METHOD)
+			continue;
+		switch (frame.payload.method.id)
+		{
+			case AMQP_BASIC_ACK_METHOD:
+				{
+					amqp_basic_ack_t *ack = frame.payload.method.decoded;
+
+					if (ack->delivery_tag == tag || (ack->multiple && ack->delivery_tag >= tag))
+					{
+						if (!returned)
+							return RELAY_DELIVERED;
+						snprintf(error, RELAY_ERROR_SIZE,
+								 "no queue took the message (exchange \"%s\", routing key \"%s\")",
+								 t->exchange, t->routing_key ? t->routing_key : m->key);
+						return RELAY_RETRY;
+					}
+					break;
+				}
+			case AMQP_BASIC_NACK_METHOD:
+				{
+					amqp_basic_nack_t *nack = frame.payload.method.decoded;
+
+					if (nack->delivery_tag == tag || (nack->multiple && nack->delivery_tag >= tag))
+					{
+						snprintf(error, RELAY_ERROR_SIZE, "the broker refused the message (nack)");
+						return RELAY_RETRY;
+					}
+					break;
+				}
+			case AMQP_BASIC_RETURN_METHOD:
+				{
+					amqp_message_t message;
+
+					returned = true;
+					if (!reply_ok(amqp_read_message(t->conn, frame.channel, &message, 0),
+								  "reading a returned message", error))
+						return RELAY_DOWN;
+					amqp_destroy_message(&message);
+					break;
+				}
+			case AMQP_CHANNEL_CLOSE_METHOD:
+				{
+					amqp_channel_close_t *c = frame.payload.method.decoded;
+
+					snprintf(error, RELAY_ERROR_SIZE, "the broker closed the channel: %d %.*s",
+							 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
+					return RELAY_DOWN;
+				}
+			case AMQP_CONNECTION_CLOSE_METHOD:
+				snprintf(error, RELAY_ERROR_SIZE, "the broker closed the connection");
+				return RELAY_DOWN;
+			default:
+				break;
+		}
+	}
+}
+
+const RelayTransport relay_amqp = {"amqp://", amqp_target_open, amqp_target_deliver, amqp_target_close};
+const RelayTransport relay_amqps = {"amqps://", amqp_target_open, amqp_target_deliver, amqp_target_close};

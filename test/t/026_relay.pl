@@ -1,0 +1,325 @@
+# test/t/026_relay.pl
+#
+# inbox-relay, end to end: one outbox routed to an HTTP webhook (a sink
+# served by this file), to another database's inbox and to RabbitMQ.
+# Every committed message reaches every target under its outbox id, each
+# key's messages in commit order, a rolled-back send never; the webhook's
+# signature verifies; a failed delivery blocks its key until it succeeds;
+# a relay killed between delivering and acknowledging leaves the message
+# to be delivered again under the same id, which the other database's
+# inbox then takes as a duplicate; a running relay is woken by a send's
+# commit and stops cleanly on SIGTERM.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
+use Digest::SHA qw(hmac_sha256_base64);
+use IO::Socket::INET;
+use IPC::Run;
+use MIME::Base64 qw(encode_base64);
+use POSIX qw(WNOHANG);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+my $node = InboxTest->node('relay', conf => "inbox.purge_enabled = off\n");
+my $relay = $node->config_data('--bindir') . '/inbox-relay';
+plan skip_all => "$relay not found: the relay is built where librabbitmq-dev, libcurl4-openssl-dev and libssl-dev are installed"
+  unless -x $relay;
+my $have_rabbitmq = -x '/usr/lib/rabbitmq/bin/rabbitmq-server'
+  && system('python3', '-c', 'import pika') == 0;
+
+my $tmp = PostgreSQL::Test::Utils::tempdir('relay');
+my ($sink_pid, $broker_pgid, @relays);
+END
+{
+	local $?;
+	kill 'KILL', $sink_pid if $sink_pid;
+	kill 'KILL', -$broker_pgid if $broker_pgid;
+	kill 'KILL', -$_ for @relays;
+}
+
+# --- the webhook sink ---------------------------------------------------------------
+#
+# One request at a time, keep-alive.  Each request is logged as a line:
+# "id key position signature status".  The first request of key k-fail is
+# answered 500; the first of key k-slow only after 6 seconds.
+my $signing_key = 'relay-test-signing-key-0123456789';
+my $sink_log = "$tmp/sink.log";
+my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, ReuseAddr => 1)
+  or die "listen: $!";
+my $http_port = $sink->sockport;
+$sink_pid = fork() // die "fork: $!";
+if ($sink_pid == 0)
+{
+	my %seen;
+	while (my $c = $sink->accept)
+	{
+		while (defined(my $line = <$c>))
+		{
+			my %h;
+			while (defined(my $hl = <$c>))
+			{
+				$hl =~ s/\r?\n$//;
+				last if $hl eq '';
+				my ($k, $v) = split /:\s*/, $hl, 2;
+				$h{ lc $k } = $v;
+			}
+			my $body = '';
+			read($c, $body, $h{'content-length'} // 0);
+			my $key = $h{'outbox-key'} // '';
+			my $expected = hmac_sha256_base64("$h{'webhook-id'}.$h{'webhook-timestamp'}.$body", $signing_key);
+			$expected .= '=' while length($expected) % 4;
+			my $sig = ($h{'webhook-signature'} // '') eq "v1,$expected" ? 'signed' : 'unsigned';
+			my $first = !$seen{$key}++;
+			my $status = ($key eq 'k-fail' && $first) ? 500 : 200;
+			open(my $log, '>>', $sink_log) or die;
+			syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
+			sleep 6 if $key eq 'k-slow' && $first;
+			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $h{'outbox-position'} // '-',
+					$sig, $status, $body) . "\n");
+			close $log;
+			print $c "HTTP/1.1 $status X\r\nContent-Length: 0\r\n\r\n";
+		}
+		close $c;
+	}
+	POSIX::_exit(0);
+}
+close $sink;
+
+sub sink_lines
+{
+	return () unless -e $sink_log;
+	return grep { !/^start / } split /\n/, slurp_file($sink_log);
+}
+
+# --- RabbitMQ -----------------------------------------------------------------------
+my ($amqp_port, $amqp_target);
+if ($have_rabbitmq)
+{
+	my $up;
+	($amqp_port, $broker_pgid, $up) = InboxTest::start_rabbitmq("$tmp/rabbitmq");
+	ok($up, 'RabbitMQ listens on loopback')
+	  or BAIL_OUT('RabbitMQ did not start: ' . slurp_file("$tmp/rabbitmq/server.log"));
+	$amqp_target = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test";
+}
+else
+{
+	diag('RabbitMQ or python3-pika missing: the AMQP target is left out');
+}
+
+# The queue, declared before anything is published, and drained by pika
+my $pika = <<'PY';
+import json, os, sys, pika
+conn = pika.BlockingConnection(pika.URLParameters(os.environ['AMQP_URL']))
+ch = conn.channel()
+ch.queue_declare('relay-test', durable=True)
+if sys.argv[1] == 'drain':
+    while True:
+        method, props, body = ch.basic_get('relay-test', auto_ack=True)
+        if method is None:
+            break
+        h = props.headers or {}
+        print(props.message_id, h.get('outbox-key'), h.get('outbox-position'),
+              props.delivery_mode, props.content_type, h.get('trace', '-'))
+conn.close()
+PY
+sub pika
+{
+	my ($what) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
+	IPC::Run::run([ 'python3', '-c', $pika, $what ], '>', \$out, '2>', \$err)
+	  or die "pika $what: $err";
+	return split /\n/, $out;
+}
+pika('declare') if $have_rabbitmq;
+
+# --- the databases, the routes and the secrets ----------------------------------------
+$node->safe_psql('postgres', 'CREATE DATABASE downstream');
+$node->safe_psql('downstream', 'CREATE EXTENSION inbox');
+$node->safe_psql('postgres', q{
+	CREATE ROLE relay_user LOGIN;
+	SELECT inbox_grant_bundle('relay_user', 'relay');
+});
+$node->safe_psql('downstream', q{SELECT inbox_grant_bundle('relay_user', 'receiver')});
+
+my $host = $node->host;
+my $port = $node->port;
+my $webhook = "http://127.0.0.1:$http_port/hook";
+my $pg_target = "postgresql:///downstream?host=$host&port=$port&user=relay_user&scope=orders";
+my @targets = ($webhook, $pg_target, $amqp_target ? ($amqp_target) : ());
+$node->sql("SELECT outbox_route('orders', '$_', '{\"backoff\": \"1 second\"}')") for @targets;
+
+my $secrets = "$tmp/secrets";
+PostgreSQL::Test::Utils::append_to_file($secrets,
+	"# target secret\n$webhook whsec_" . encode_base64($signing_key, '') . "\n"
+	  . ($amqp_target ? "$amqp_target guest\n" : ''));
+chmod 0600, $secrets;
+my $conninfo = "host=$host port=$port dbname=postgres user=relay_user";
+
+sub run_relay_once
+{
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ $relay, '--once', "--secrets=$secrets", '--lease=3', $conninfo ],
+		'>', \$out, '2>', \$err, IPC::Run::timeout(120));
+	note($err) if $err ne '';
+	return $ok;
+}
+
+# A relay in the background, in a process group of its own
+sub start_relay
+{
+	my @args = @_;
+	my $pid = fork() // die;
+	if ($pid == 0)
+	{
+		setpgrp(0, 0);
+		open(STDERR, '>>', "$tmp/relay.log");
+		exec($relay, "--secrets=$secrets", @args, $conninfo);
+		POSIX::_exit(127);
+	}
+	push @relays, $pid;
+	return $pid;
+}
+
+# --- messages: two transactions interleaved on k1, a rollback, a batch, bytes ----------
+$node->sql(q{
+	BEGIN;
+	SELECT outbox_send('orders', 'k1', '{"n": 1}'::jsonb, '{"trace": "t-1"}'::jsonb);
+	SELECT outbox_send('orders', 'k2', '{"n": 1}'::jsonb);
+	COMMIT;
+	BEGIN;
+	SELECT outbox_send('orders', 'k1', '{"n": 2}'::jsonb);
+	SELECT outbox_send('orders', 'k3', '{"n": 1}'::jsonb);
+	COMMIT;
+	BEGIN;
+	SELECT outbox_send('orders', 'k1', '{"n": 99}'::jsonb);
+	ROLLBACK;
+	SELECT outbox_send('orders', 'k-fail', '{"n": 1}'::jsonb);
+	SELECT outbox_send('orders', 'k-fail', '{"n": 2}'::jsonb);
+	SELECT count(*) FROM outbox_send_many('orders', ARRAY['k2', 'k3'], ARRAY['{"n": 2}', '{"n": 2}']::jsonb[]);
+	SELECT outbox_send('orders', 'k4', '\x0001ff'::bytea);
+});
+my %id_of = map { my ($k, $p, $id) = split /\|/; ("$k#$p" => $id) } split /\n/,
+  $node->sql('SELECT key, position, id FROM inbox.outbox_messages ORDER BY key, position');
+is(scalar keys %id_of, 9, 'nine messages committed, the rolled-back one not');
+ok(!(grep { /k1#3/ } keys %id_of), 'k1 has no third message');
+
+ok(run_relay_once(), 'inbox-relay --once ends well');
+
+# The webhook: each message once, signed, under its id; k-fail's first
+# attempt failed, and its second message waits behind it
+my @hook = sink_lines();
+my %hook_got = map { my @f = split / /; ("$f[1]#$f[2]" => [@f]) } grep { / 200 / } @hook;
+is_deeply([ sort keys %hook_got ], [ sort grep { !/^k-fail/ } keys %id_of ],
+	'the webhook got every message but the blocked key\'s');
+ok((grep { $hook_got{$_}[0] eq $id_of{$_} } keys %hook_got) == keys %hook_got,
+	'each under its outbox id as Idempotency-Key');
+ok(!(grep { !/ signed / } @hook), 'every request is signed with the route\'s secret');
+is(scalar(grep { / k-fail 1 \S+ 500 / } @hook), 1, 'k-fail#1 failed once');
+ok(!(grep { / k-fail 2 / } @hook), 'k-fail#2 is not sent while k-fail#1 is failing');
+my @k1 = map { (split / /)[2] } grep { / k1 / } @hook;
+is("@k1", '1 2', 'k1 arrives in commit order');
+
+# The other database: every message, by id, in its inbox
+is($node->safe_psql('downstream', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
+	9, 'the other database received the nine messages');
+is($node->safe_psql('downstream',
+		q{SELECT string_agg(message_id, ',' ORDER BY message_id) FROM inbox.entries}),
+	join(',', sort values %id_of), 'under their outbox ids');
+
+# RabbitMQ: every message, persistent, under its id, with its headers
+if ($have_rabbitmq)
+{
+	my @got = pika('drain');
+	is(scalar @got, 9, 'RabbitMQ got the nine messages');
+	my %by = map { my @f = split / /; ("$f[1]#$f[2]" => [@f]) } @got;
+	ok((grep { $by{$_} && $by{$_}[0] eq $id_of{$_} } keys %id_of) == 9, 'each with its outbox id as message_id');
+	ok(!(grep { (split / /)[3] ne '2' } @got), 'every message persistent (delivery mode 2)');
+	is($by{'k1#1'}[5], 't-1', 'the message\'s headers are AMQP headers');
+	is($by{'k4#1'}[4], 'application/octet-stream', 'a bytea payload goes as bytes');
+	my @ak1 = map { (split / /)[2] } grep { / k1 / } @got;
+	is("@ak1", '1 2', 'k1 arrives in commit order');
+}
+
+# After the backoff, k-fail's first message succeeds, then its second
+my $done = 0;
+for (1 .. 60)
+{
+	run_relay_once();
+	$done = grep { / k-fail 2 \S+ 200 / } sink_lines() and last;
+	sleep 0.5;
+}
+ok($done, 'k-fail is delivered once its failing message succeeds');
+my @kf = map { join '/', (split / /)[2, 4] } grep { / k-fail / } sink_lines();
+is("@kf", '1/500 1/200 2/200', 'k-fail: the failure, its retry, then the next message');
+
+# --- a relay killed between delivering and acknowledging ------------------------------
+$node->sql(q{SELECT outbox_send('orders', 'k-slow', '{"n": 1}'::jsonb)});
+my $killed = start_relay('--lease=3', "--target=$webhook");
+my $started = 0;
+for (1 .. 600)
+{
+	$started = -e $sink_log && slurp_file($sink_log) =~ /^start k-slow$/m and last;
+	sleep 0.1;
+}
+ok($started, 'the relay is delivering k-slow');
+kill 'KILL', -$killed;
+waitpid($killed, 0);
+@relays = grep { $_ != $killed } @relays;
+sleep 3.5;    # the lease runs out
+$done = 0;
+for (1 .. 60)
+{
+	run_relay_once();
+	$done = (grep { / k-slow / } sink_lines()) >= 2 and last;
+	sleep 0.5;
+}
+my @slow = map { (split / /)[0] } grep { / k-slow / } sink_lines();
+is(scalar @slow, 2, 'k-slow was delivered again after the relay died unacknowledged');
+ok(@slow == 2 && $slow[0] eq $slow[1] && $slow[0] eq $node->sql(q{SELECT id FROM inbox.outbox_messages WHERE key = 'k-slow'}),
+	'both times under the same id');
+
+# The same for the other database: a delivery that was not acknowledged
+# is made again, and the inbox there takes it as a duplicate
+$node->sql(qq{UPDATE inbox.outbox_deliveries SET state = 'p', finished_at = NULL, due = now()
+	WHERE target = '$pg_target' AND id = (SELECT id FROM inbox.outbox_messages WHERE key = 'k2' AND position = 1)});
+ok(run_relay_once(), 'a relay delivers the unacknowledged message again');
+is($node->safe_psql('downstream', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
+	10, 'the other database holds each message once (with k-slow)');
+is($node->sql(qq{SELECT state FROM inbox.outbox_deliveries WHERE target = '$pg_target' AND state <> 's'}), '',
+	'and every delivery there is acknowledged');
+
+# --- a running relay: woken by a commit, stopped by SIGTERM ----------------------------
+my $running = start_relay('--wait=30', "--target=$webhook");
+sleep 1;
+$node->sql(q{SELECT outbox_send('orders', 'k5', '{"n": 1}'::jsonb)});
+$done = 0;
+for (1 .. 600)
+{
+	$done = grep { / k5 1 / } sink_lines() and last;
+	sleep 0.1;
+}
+ok($done, 'a running relay delivers a message sent after it started waiting');
+kill 'TERM', $running;
+my $waited = 0;
+for (1 .. 300)
+{
+	$waited = waitpid($running, WNOHANG) and last;
+	sleep 0.1;
+}
+ok($waited == $running && $? == 0, 'SIGTERM stops it, with status 0');
+@relays = grep { $_ != $running } @relays;
+
+# --- refusals ---------------------------------------------------------------------------
+my ($out, $err) = ('', '');
+IPC::Run::run([ $relay, '--batch=0', $conninfo ], '>', \$out, '2>', \$err);
+like($err, qr/--batch must be an integer between 1 and 1000/, 'a bad option is refused');
+chmod 0644, $secrets;
+ok(!IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$webhook", $conninfo ], '>', \$out, '2>', \$err),
+	'a secrets file that others can read stops the relay');
+like($err, qr/readable by group or others/, 'and says why');
+
+done_testing();
