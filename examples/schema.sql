@@ -15,3 +15,17 @@ CREATE TABLE invoices (
     applied_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX ON invoices (message_id);
+
+-- The notices that python/downstream.py applies: one row per outbox message
+-- forwarder.py sent and inbox-relay delivered, with its key (the customer)
+-- and position, in the order they were applied (seq).  No unique constraint
+-- either: the claim keeps each notice to one row.
+CREATE TABLE notices (
+    seq        bigserial PRIMARY KEY,
+    message_id text NOT NULL,
+    customer   text NOT NULL,
+    position   bigint NOT NULL,
+    source     text NOT NULL,               -- the invoice the notice is about
+    attempt    text NOT NULL,               -- the forwarder's transaction that sent it
+    applied_by text NOT NULL
+);
