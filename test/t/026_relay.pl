@@ -44,7 +44,8 @@ END
 #
 # One request at a time, keep-alive.  Each request is logged as a line:
 # "id key position signature status".  The first request of key k-fail is
-# answered 500; the first of key k-slow only after 6 seconds.
+# answered 500, the first of k-429 429 with Retry-After, every request for
+# k-404's first message 404; the first of key k-slow only after 6 seconds.
 my $signing_key = 'relay-test-signing-key-0123456789';
 my $sink_log = "$tmp/sink.log";
 my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, ReuseAddr => 1)
@@ -73,14 +74,19 @@ if ($sink_pid == 0)
 			$expected .= '=' while length($expected) % 4;
 			my $sig = ($h{'webhook-signature'} // '') eq "v1,$expected" ? 'signed' : 'unsigned';
 			my $first = !$seen{$key}++;
-			my $status = ($key eq 'k-fail' && $first) ? 500 : 200;
+			my $position = $h{'outbox-position'} // '';
+			my $status = ($key eq 'k-fail' && $first) ? 500
+			  : ($key eq 'k-429' && $first) ? 429
+			  : ($key eq 'k-404' && $position eq '1') ? 404
+			  : 200;
 			open(my $log, '>>', $sink_log) or die;
 			syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
 			sleep 6 if $key eq 'k-slow' && $first;
 			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $h{'outbox-position'} // '-',
 					$sig, $status, $body) . "\n");
 			close $log;
-			print $c "HTTP/1.1 $status X\r\nContent-Length: 0\r\n\r\n";
+			print $c "HTTP/1.1 $status X\r\n" . ($status == 429 ? "Retry-After: 1\r\n" : '')
+			  . "Content-Length: 0\r\n\r\n";
 		}
 		close $c;
 	}
@@ -150,7 +156,9 @@ my $port = $node->port;
 my $webhook = "http://127.0.0.1:$http_port/hook";
 my $pg_target = "postgresql:///downstream?host=$host&port=$port&user=relay_user&scope=orders";
 my @targets = ($webhook, $pg_target, $amqp_target ? ($amqp_target) : ());
-$node->sql("SELECT outbox_route('orders', '$_', '{\"backoff\": \"1 second\"}')") for @targets;
+# The webhook's route makes a message dead at its second failed attempt
+$node->sql("SELECT outbox_route('orders', '$_', '{\"backoff\": \"1 second\""
+	  . ($_ eq $webhook ? ', "max_attempts": 2' : '') . "}')") for @targets;
 
 my $secrets = "$tmp/secrets";
 PostgreSQL::Test::Utils::append_to_file($secrets,
@@ -201,10 +209,15 @@ $node->sql(q{
 	SELECT outbox_send('orders', 'k-fail', '{"n": 2}'::jsonb);
 	SELECT count(*) FROM outbox_send_many('orders', ARRAY['k2', 'k3'], ARRAY['{"n": 2}', '{"n": 2}']::jsonb[]);
 	SELECT outbox_send('orders', 'k4', '\x0001ff'::bytea);
+	SELECT outbox_send('orders', 'k-429', '{"n": 1}'::jsonb);
+	SELECT outbox_send('orders', 'k-404', '{"n": 1}'::jsonb);
+	SELECT outbox_send('orders', 'k-404', '{"n": 2}'::jsonb);
 });
+my $held = qr/^k-(?:fail|429|404)#/;
 my %id_of = map { my ($k, $p, $id) = split /\|/; ("$k#$p" => $id) } split /\n/,
   $node->sql('SELECT key, position, id FROM inbox.outbox_messages ORDER BY key, position');
-is(scalar keys %id_of, 9, 'nine messages committed, the rolled-back one not');
+my $n = keys %id_of;
+is($n, 12, 'twelve messages committed, the rolled-back one not');
 ok(!(grep { /k1#3/ } keys %id_of), 'k1 has no third message');
 
 ok(run_relay_once(), 'inbox-relay --once ends well');
@@ -213,8 +226,8 @@ ok(run_relay_once(), 'inbox-relay --once ends well');
 # attempt failed, and its second message waits behind it
 my @hook = sink_lines();
 my %hook_got = map { my @f = split / /; ("$f[1]#$f[2]" => [@f]) } grep { / 200 / } @hook;
-is_deeply([ sort keys %hook_got ], [ sort grep { !/^k-fail/ } keys %id_of ],
-	'the webhook got every message but the blocked key\'s');
+is_deeply([ sort keys %hook_got ], [ sort grep { !/$held/ } keys %id_of ],
+	'the webhook got every message but those of the keys whose head failed');
 ok((grep { $hook_got{$_}[0] eq $id_of{$_} } keys %hook_got) == keys %hook_got,
 	'each under its outbox id as Idempotency-Key');
 ok(!(grep { !/ signed / } @hook), 'every request is signed with the route\'s secret');
@@ -225,7 +238,7 @@ is("@k1", '1 2', 'k1 arrives in commit order');
 
 # The other database: every message, by id, in its inbox
 is($node->safe_psql('downstream', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
-	9, 'the other database received the nine messages');
+	$n, 'the other database received every message');
 is($node->safe_psql('downstream',
 		q{SELECT string_agg(message_id, ',' ORDER BY message_id) FROM inbox.entries}),
 	join(',', sort values %id_of), 'under their outbox ids');
@@ -234,9 +247,9 @@ is($node->safe_psql('downstream',
 if ($have_rabbitmq)
 {
 	my @got = pika('drain');
-	is(scalar @got, 9, 'RabbitMQ got the nine messages');
+	is(scalar @got, $n, 'RabbitMQ got every message');
 	my %by = map { my @f = split / /; ("$f[1]#$f[2]" => [@f]) } @got;
-	ok((grep { $by{$_} && $by{$_}[0] eq $id_of{$_} } keys %id_of) == 9, 'each with its outbox id as message_id');
+	ok((grep { $by{$_} && $by{$_}[0] eq $id_of{$_} } keys %id_of) == $n, 'each with its outbox id as message_id');
 	ok(!(grep { (split / /)[3] ne '2' } @got), 'every message persistent (delivery mode 2)');
 	is($by{'k1#1'}[5], 't-1', 'the message\'s headers are AMQP headers');
 	is($by{'k4#1'}[4], 'application/octet-stream', 'a bytea payload goes as bytes');
@@ -249,12 +262,20 @@ my $done = 0;
 for (1 .. 60)
 {
 	run_relay_once();
-	$done = grep { / k-fail 2 \S+ 200 / } sink_lines() and last;
+	my @l = sink_lines();
+	$done = (grep { / k-fail 2 \S+ 200 / } @l) && (grep { / k-429 1 \S+ 200 / } @l)
+	  && (grep { / k-404 2 \S+ 200 / } @l) and last;
 	sleep 0.5;
 }
-ok($done, 'k-fail is delivered once its failing message succeeds');
+ok($done, 'the held keys are delivered once their head succeeds or is dead');
 my @kf = map { join '/', (split / /)[2, 4] } grep { / k-fail / } sink_lines();
 is("@kf", '1/500 1/200 2/200', 'k-fail: the failure, its retry, then the next message');
+my @k429 = map { join '/', (split / /)[2, 4] } grep { / k-429 / } sink_lines();
+is("@k429", '1/429 1/200', 'k-429: answered 429, retried');
+my @k404 = map { join '/', (split / /)[2, 4] } grep { / k-404 / } sink_lines();
+is("@k404", '1/404 1/404 2/200', 'k-404: refused at both attempts, dead, then the next message');
+is($node->sql(qq{SELECT key || '#' || position || ' ' || last_error FROM outbox_dead_letters WHERE target = '$webhook'}),
+	'k-404#1 HTTP 404', 'the refused message is a dead letter, with its error');
 
 # --- a relay killed between delivering and acknowledging ------------------------------
 $node->sql(q{SELECT outbox_send('orders', 'k-slow', '{"n": 1}'::jsonb)});
@@ -288,7 +309,7 @@ $node->sql(qq{UPDATE inbox.outbox_deliveries SET state = 'p', finished_at = NULL
 	WHERE target = '$pg_target' AND id = (SELECT id FROM inbox.outbox_messages WHERE key = 'k2' AND position = 1)});
 ok(run_relay_once(), 'a relay delivers the unacknowledged message again');
 is($node->safe_psql('downstream', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
-	10, 'the other database holds each message once (with k-slow)');
+	$n + 1, 'the other database holds each message once (with k-slow)');
 is($node->sql(qq{SELECT state FROM inbox.outbox_deliveries WHERE target = '$pg_target' AND state <> 's'}), '',
 	'and every delivery there is acknowledged');
 
