@@ -12,7 +12,8 @@
  * AMQP headers.
  *
  * The channel is in confirm mode, and a message counts as delivered only
- * once the broker acknowledged it (basic.ack).  It is published as
+ * once the broker acknowledged it (basic.ack).  A batch (one message per
+ * key) is published at once, then every confirmation awaited.  It is published as
  * mandatory: a message no queue would take is returned (basic.return)
  * before its ack, and is retried rather than lost.  A nack is retried; a
  * closed channel or connection reopens the target at the next message.
@@ -171,18 +172,15 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	return t;
 }
 
-static RelayResult
-amqp_target_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
+/* Publish one message, mandatory and persistent; its confirmation is awaited apart */
+static int
+publish(RelayTarget *t, const RelayMessage *m)
 {
 	amqp_basic_properties_t props;
 	amqp_table_entry_t *entries = calloc(m->nheaders + 3, sizeof(amqp_table_entry_t));
 	amqp_bytes_t body = {m->body_len, (void *) m->body};
-	uint64_t	tag;
-	bool		returned = false;
 	int			i,
 				rc;
-	struct timeval deadline,
-				now;
 
 	for (i = 0; i < m->nheaders; i++)
 	{
@@ -213,65 +211,107 @@ amqp_target_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *ret
 							amqp_cstring_bytes(t->routing_key ? t->routing_key : m->key),
 							1, 0, &props, body);
 	free(entries);
-	if (rc != AMQP_STATUS_OK)
-	{
-		snprintf(error, RELAY_ERROR_SIZE, "publish: %s", amqp_error_string2(rc));
-		return RELAY_DOWN;
-	}
-	tag = ++t->published;
+	return rc;
+}
 
-	/* The broker's confirmation of this message: ack, nack, or return then ack */
+/*
+ * Publish a batch, then wait for the broker's confirmation of each: ack,
+ * nack, or a return (no queue took it) before its ack.  The messages are
+ * of distinct keys, so their order among themselves does not matter.
+ */
+static void
+amqp_target_deliver_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
+						  char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+{
+	uint64_t	first = t->published + 1;
+	bool	   *returned = calloc(n, sizeof(bool));
+	bool	   *settled = calloc(n, sizeof(bool));
+	int			published = 0,
+				open_count,
+				i,
+				rc;
+	struct timeval deadline,
+				now;
+
+	for (i = 0; i < n; i++)
+	{
+		rc = publish(t, &m[i]);
+		if (rc != AMQP_STATUS_OK)
+		{
+			snprintf(errors[i], RELAY_ERROR_SIZE, "publish: %s", amqp_error_string2(rc));
+			break;
+		}
+		t->published++;
+		published++;
+	}
+	/* Unpublished, or unconfirmed at the end: down, to be opened again */
+	for (i = 0; i < n; i++)
+		results[i] = RELAY_DOWN;
+	open_count = published;
+
 	gettimeofday(&deadline, NULL);
 	deadline.tv_sec += CONFIRM_TIMEOUT_SECONDS;
-	for (;;)
+	while (open_count > 0)
 	{
 		amqp_frame_t frame;
 		struct timeval left;
+		const char *why = NULL;
 
 		gettimeofday(&now, NULL);
 		timersub(&deadline, &now, &left);
 		if (left.tv_sec < 0)
+			why = "no confirmation from the broker in time";
+		else
 		{
-			snprintf(error, RELAY_ERROR_SIZE, "no confirmation from the broker within %d s",
-					 CONFIRM_TIMEOUT_SECONDS);
-			return RELAY_DOWN;
+			amqp_maybe_release_buffers(t->conn);
+			rc = amqp_simple_wait_frame_noblock(t->conn, &frame, &left);
+			if (rc == AMQP_STATUS_TIMEOUT || (rc == AMQP_STATUS_OK && frame.frame_type != AMQP_FRAME_METHOD))
+				continue;
+			if (rc != AMQP_STATUS_OK)
+				why = amqp_error_string2(rc);
+			else if (frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD)
+				why = "the broker closed the channel";
+			else if (frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD)
+				why = "the broker closed the connection";
 		}
-		amqp_maybe_release_buffers(t->conn);
-		rc = amqp_simple_wait_frame_noblock(t->conn, &frame, &left);
-		if (rc == AMQP_STATUS_TIMEOUT)
-			continue;
-		if (rc != AMQP_STATUS_OK)
+		if (why != NULL)
 		{
-			snprintf(error, RELAY_ERROR_SIZE, "waiting for the confirmation: %s", amqp_error_string2(rc));
-			return RELAY_DOWN;
+			for (i = 0; i < published; i++)
+				if (!settled[i])
+					snprintf(errors[i], RELAY_ERROR_SIZE, "waiting for the confirmation: %s", why);
+			break;
 		}
-		if (frame.frame_type != AMQP_FRAME_METHOD)
-			continue;
 		switch (frame.payload.method.id)
 		{
 			case AMQP_BASIC_ACK_METHOD:
-				{
-					amqp_basic_ack_t *ack = frame.payload.method.decoded;
-
-					if (ack->delivery_tag == tag || (ack->multiple && ack->delivery_tag >= tag))
-					{
-						if (!returned)
-							return RELAY_DELIVERED;
-						snprintf(error, RELAY_ERROR_SIZE,
-								 "no queue took the message (exchange \"%s\", routing key \"%s\")",
-								 t->exchange, t->routing_key ? t->routing_key : m->key);
-						return RELAY_RETRY;
-					}
-					break;
-				}
 			case AMQP_BASIC_NACK_METHOD:
 				{
-					amqp_basic_nack_t *nack = frame.payload.method.decoded;
+					bool		ack = frame.payload.method.id == AMQP_BASIC_ACK_METHOD;
+					uint64_t	tag = ack ? ((amqp_basic_ack_t *) frame.payload.method.decoded)->delivery_tag
+					: ((amqp_basic_nack_t *) frame.payload.method.decoded)->delivery_tag;
+					bool		multiple = ack ? ((amqp_basic_ack_t *) frame.payload.method.decoded)->multiple
+					: ((amqp_basic_nack_t *) frame.payload.method.decoded)->multiple;
 
-					if (nack->delivery_tag == tag || (nack->multiple && nack->delivery_tag >= tag))
+					for (i = 0; i < published; i++)
 					{
-						snprintf(error, RELAY_ERROR_SIZE, "the broker refused the message (nack)");
-						return RELAY_RETRY;
+						uint64_t	mine = first + i;
+
+						if (settled[i] || !(mine == tag || (multiple && mine <= tag)))
+							continue;
+						settled[i] = true;
+						open_count--;
+						if (ack && !returned[i])
+							results[i] = RELAY_DELIVERED;
+						else
+						{
+							results[i] = RELAY_RETRY;
+							if (ack)
+								snprintf(errors[i], RELAY_ERROR_SIZE,
+										 "no queue took the message (exchange \"%s\", routing key \"%s\")",
+										 t->exchange, t->routing_key ? t->routing_key : m[i].key);
+							else
+								snprintf(errors[i], RELAY_ERROR_SIZE, "the broker refused the message (nack)");
+						}
 					}
 					break;
 				}
@@ -279,29 +319,38 @@ amqp_target_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *ret
 				{
 					amqp_message_t message;
 
-					returned = true;
-					if (!reply_ok(amqp_read_message(t->conn, frame.channel, &message, 0),
-								  "reading a returned message", error))
-						return RELAY_DOWN;
+					if (amqp_read_message(t->conn, frame.channel, &message, 0).reply_type !=
+						AMQP_RESPONSE_NORMAL)
+						break;
+					/* A return carries no delivery tag: find it by its id */
+					for (i = 0; i < published; i++)
+						if ((message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) &&
+							message.properties.message_id.len == strlen(m[i].id) &&
+							memcmp(message.properties.message_id.bytes, m[i].id, strlen(m[i].id)) == 0)
+							returned[i] = true;
 					amqp_destroy_message(&message);
 					break;
 				}
-			case AMQP_CHANNEL_CLOSE_METHOD:
-				{
-					amqp_channel_close_t *c = frame.payload.method.decoded;
-
-					snprintf(error, RELAY_ERROR_SIZE, "the broker closed the channel: %d %.*s",
-							 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
-					return RELAY_DOWN;
-				}
-			case AMQP_CONNECTION_CLOSE_METHOD:
-				snprintf(error, RELAY_ERROR_SIZE, "the broker closed the connection");
-				return RELAY_DOWN;
 			default:
 				break;
 		}
 	}
+	free(returned);
+	free(settled);
 }
 
-const RelayTransport relay_amqp = {"amqp://", amqp_target_open, amqp_target_deliver, amqp_target_close};
-const RelayTransport relay_amqps = {"amqps://", amqp_target_open, amqp_target_deliver, amqp_target_close};
+static RelayResult
+amqp_target_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
+{
+	RelayResult result;
+	char		errors[1][RELAY_ERROR_SIZE] = {""};
+
+	amqp_target_deliver_batch(t, m, 1, &result, errors, retry_after);
+	memcpy(error, errors[0], RELAY_ERROR_SIZE);
+	return result;
+}
+
+const RelayTransport relay_amqp = {"amqp://", amqp_target_open, amqp_target_deliver,
+amqp_target_deliver_batch, amqp_target_close};
+const RelayTransport relay_amqps = {"amqps://", amqp_target_open, amqp_target_deliver,
+amqp_target_deliver_batch, amqp_target_close};

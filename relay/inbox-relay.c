@@ -8,9 +8,9 @@
  * relay only moves messages.  outbox_fetch leases, per target, the head
  * of each key (its lowest position not yet delivered), at most one
  * message per key, and makes a key's next message fetchable only after
- * outbox_ack.  So a relay that delivers a fetched batch one message at a
- * time, and acknowledges each only after its target confirmed it, keeps
- * every key's commit order; several relays may run at once, since a lease
+ * outbox_ack.  So a relay that sends a fetched batch (together, since
+ * no two of its messages share a key) and acknowledges each message only
+ * after its target confirmed it, keeps every key's commit order; several relays may run at once, since a lease
  * is held by one fetch at a time; and a relay that dies leaves its leased
  * messages to the next fetch after the lease, to be delivered again under
  * the same id (at least once; the id makes the copy harmless downstream).
@@ -265,41 +265,70 @@ read_headers(PGconn *conn, const char *headers, RelayMessage *m, PGresult **res)
 	return 0;
 }
 
-/* Record the outcome of one delivery; false when the connection broke */
+/*
+ * Record the outcomes of a batch: the delivered messages acknowledged in
+ * one statement, each other one failed with its error.  False when the
+ * connection broke.
+ */
 static bool
-settle(PGconn *conn, const char *receipt, RelayResult result, const char *error, int retry_after)
+settle_batch(PGconn *conn, PGresult *fetched, int n, const RelayResult *results,
+			 char (*errors)[RELAY_ERROR_SIZE], const int *retry_after, const RelayMessage *m)
 {
+	char	   *receipts = malloc((size_t) n * 40 + 3);	/* {uuid,uuid,...} */
+	size_t		len = 0;
 	PGresult   *res;
-	bool		ok;
+	bool		ok = true;
+	int			i,
+				delivered = 0;
 
-	if (result == RELAY_DELIVERED)
+	receipts[len++] = '{';
+	for (i = 0; i < n; i++)
+		if (results[i] == RELAY_DELIVERED)
+			len += snprintf(receipts + len, 40, "%s%.36s", delivered++ ? "," : "",
+							PQgetvalue(fetched, i, 7));
+	receipts[len++] = '}';
+	receipts[len] = '\0';
+	if (delivered > 0)
 	{
-		const char *params[1] = {receipt};
+		const char *params[1] = {receipts};
 
-		res = PQexecParams(conn, "SELECT outbox_ack($1::uuid)", 1, NULL, params, NULL, NULL, 0);
+		res = PQexecParams(conn,
+						   "SELECT count(*) FILTER (WHERE NOT outbox_ack(r)) "
+						   "FROM pg_catalog.unnest($1::uuid[]) AS r",
+						   1, NULL, params, NULL, NULL, 0);
 		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-		if (ok && strcmp(PQgetvalue(res, 0, 0), "f") == 0)
-			relay_log("a delivered message's lease had run out: another relay delivers it again under the same id");
+		if (ok && strcmp(PQgetvalue(res, 0, 0), "0") != 0)
+			relay_log("%s delivered message(s) had run out of lease: another relay delivers them "
+					  "again under the same id", PQgetvalue(res, 0, 0));
+		if (!ok)
+			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(conn));
+		PQclear(res);
 	}
-	else
+	free(receipts);
+
+	for (i = 0; i < n && ok; i++)
 	{
 		char		after[32];
-		const char *params[3] = {receipt, error, NULL};
+		const char *params[3] = {PQgetvalue(fetched, i, 7), errors[i], NULL};
 
-		if (retry_after >= 0)
+		if (results[i] == RELAY_DELIVERED)
+			continue;
+		relay_log("message %s (key \"%s\", position %s) not delivered: %s",
+				  m[i].id, m[i].key, m[i].position, errors[i]);
+		if (retry_after[i] >= 0)
 		{
-			snprintf(after, sizeof(after), "%d seconds", retry_after);
+			snprintf(after, sizeof(after), "%d seconds", retry_after[i]);
 			params[2] = after;
 		}
 		res = PQexecParams(conn, "SELECT outbox_fail($1::uuid, $2, $3::interval)", 3, NULL, params,
 						   NULL, NULL, 0);
 		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
 		if (ok && strcmp(PQgetvalue(res, 0, 0), "dead") == 0)
-			relay_log("a message is dead after its last attempt: %s", error);
+			relay_log("message %s is dead after its last attempt", m[i].id);
+		if (!ok)
+			relay_log("recording a failed delivery failed: %s", PQerrorMessage(conn));
+		PQclear(res);
 	}
-	if (!ok)
-		relay_log("recording a delivery failed: %s", PQerrorMessage(conn));
-	PQclear(res);
 	return ok;
 }
 
@@ -392,79 +421,115 @@ deliver_target(const char *target)
 		}
 
 		/*
-		 * One message at a time, each acknowledged before the next is sent:
-		 * the batch holds one message per key, and the next of a key is
-		 * fetched only after this one is acknowledged.
+		 * The batch holds at most one message per key, and a key's next
+		 * message is fetched only after this one is acknowledged: the
+		 * messages of a batch may be sent together (deliver_batch
+		 * pipelines them and waits for every confirmation), and each is
+		 * acknowledged only once its target confirmed it.
 		 */
-		for (i = 0; i < n && conn != NULL; i++)
+		if (n > 0)
 		{
-			RelayMessage m = {0};
-			RelayResult result;
-			PGresult   *headers = NULL;
-			unsigned char *bytes = NULL;
-			char		error[RELAY_ERROR_SIZE] = "";
-			int			retry_after = -1;
+			RelayMessage *m = calloc(n, sizeof(RelayMessage));
+			RelayResult *results = calloc(n, sizeof(RelayResult));
+			char	  (*errors)[RELAY_ERROR_SIZE] = calloc(n, RELAY_ERROR_SIZE);
+			int		   *retry_after = calloc(n, sizeof(int));
+			PGresult  **headers = calloc(n, sizeof(PGresult *));
+			unsigned char **bytes = calloc(n, sizeof(unsigned char *));
+			bool		readable = true;
 
-			m.id = PQgetvalue(res, i, 0);
-			m.topic = PQgetvalue(res, i, 1);
-			m.key = PQgetvalue(res, i, 2);
-			m.position = PQgetvalue(res, i, 3);
-			if (!PQgetisnull(res, i, 4))
+			for (i = 0; i < n; i++)
 			{
-				m.body = PQgetvalue(res, i, 4);
-				m.body_len = PQgetlength(res, i, 4);
+				m[i].id = PQgetvalue(res, i, 0);
+				m[i].topic = PQgetvalue(res, i, 1);
+				m[i].key = PQgetvalue(res, i, 2);
+				m[i].position = PQgetvalue(res, i, 3);
+				if (!PQgetisnull(res, i, 4))
+				{
+					m[i].body = PQgetvalue(res, i, 4);
+					m[i].body_len = PQgetlength(res, i, 4);
+				}
+				else
+				{
+					bytes[i] = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 5),
+											   &m[i].body_len);
+					m[i].body = (const char *) bytes[i];
+					m[i].binary = true;
+				}
+				if (!PQgetisnull(res, i, 6) &&
+					read_headers(conn, PQgetvalue(res, i, 6), &m[i], &headers[i]) != 0)
+				{
+					relay_log("reading a message's headers failed: %s", PQerrorMessage(conn));
+					readable = false;
+				}
+				retry_after[i] = -1;
 			}
-			else
-			{
-				bytes = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 5), &m.body_len);
-				m.body = (const char *) bytes;
-				m.binary = true;
-			}
-			if (!PQgetisnull(res, i, 6) && read_headers(conn, PQgetvalue(res, i, 6), &m, &headers) != 0)
-			{
-				relay_log("reading a message's headers failed: %s", PQerrorMessage(conn));
-				result = RELAY_RETRY;
-				snprintf(error, sizeof(error), "the relay could not read the headers");
-			}
+			if (!readable)
+				for (i = 0; i < n; i++)
+				{
+					results[i] = RELAY_RETRY;
+					snprintf(errors[i], RELAY_ERROR_SIZE, "the relay could not read the headers");
+				}
 			else
 			{
 				if (open == NULL)
 				{
 					char	   *secret = secret_for(target);
 
-					open = transport->open(target, secret, error);
+					open = transport->open(target, secret, errors[0]);
 					free(secret);
+					for (i = 1; open == NULL && i < n; i++)
+						memcpy(errors[i], errors[0], RELAY_ERROR_SIZE);
 				}
-				result = open ? transport->deliver(open, &m, error, &retry_after) : RELAY_DOWN;
+				if (open == NULL)
+					for (i = 0; i < n; i++)
+						results[i] = RELAY_DOWN;
+				else if (transport->deliver_batch != NULL)
+					transport->deliver_batch(open, m, n, results, errors, retry_after);
+				else
+					for (i = 0; i < n; i++)
+						results[i] = (i > 0 && results[i - 1] == RELAY_DOWN) ? RELAY_DOWN :
+							transport->deliver(open, &m[i], errors[i], &retry_after[i]);
 			}
-			if (result == RELAY_DOWN && open != NULL)
+			for (i = 0; i < n; i++)
+				if (results[i] == RELAY_DOWN && i > 0 && errors[i][0] == '\0')
+					memcpy(errors[i], errors[i - 1], RELAY_ERROR_SIZE);
+			if (open != NULL && results[n - 1] == RELAY_DOWN)
 			{
 				transport->close(open);
 				open = NULL;
 			}
+
 			/* One line per change of the target's state */
-			if ((result == RELAY_DOWN ? 0 : 1) != target_state)
-			{
-				target_state = result == RELAY_DOWN ? 0 : 1;
-				if (target_state == 1)
-					relay_log("the target is reachable");
-				else
-					relay_log("the target is unreachable: %s", error);
-			}
-			if (result != RELAY_DELIVERED)
-				relay_log("message %s (key \"%s\", position %s) not delivered: %s",
-						  m.id, m.key, m.position, error);
-			if (!settle(conn, PQgetvalue(res, i, 7), result, error, retry_after) &&
+			for (i = 0; i < n; i++)
+				if ((results[i] == RELAY_DOWN ? 0 : 1) != target_state)
+				{
+					target_state = results[i] == RELAY_DOWN ? 0 : 1;
+					if (target_state == 1)
+						relay_log("the target is reachable");
+					else
+						relay_log("the target is unreachable: %s", errors[i]);
+				}
+
+			if (!settle_batch(conn, res, n, results, errors, retry_after, m) &&
 				PQstatus(conn) != CONNECTION_OK)
 			{
 				PQfinish(conn);
 				conn = NULL;
 			}
-			free((void *) m.header_names);
-			free((void *) m.header_values);
-			PQclear(headers);
-			if (bytes)
-				PQfreemem(bytes);
+			for (i = 0; i < n; i++)
+			{
+				free((void *) m[i].header_names);
+				free((void *) m[i].header_values);
+				PQclear(headers[i]);
+				if (bytes[i])
+					PQfreemem(bytes[i]);
+			}
+			free(m);
+			free(results);
+			free(errors);
+			free(retry_after);
+			free(headers);
+			free(bytes);
 		}
 		PQclear(res);
 	}

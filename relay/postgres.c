@@ -142,5 +142,5 @@ pg_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_deliver, pg_close};
-const RelayTransport relay_postgres = {"postgres://", pg_open, pg_deliver, pg_close};
+const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_deliver, NULL, pg_close};
+const RelayTransport relay_postgres = {"postgres://", pg_open, pg_deliver, NULL, pg_close};

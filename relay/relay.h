@@ -4,8 +4,10 @@
  *	  inbox-relay: what the loop (inbox-relay.c) shares with the
  *	  transports, one per kind of target (amqp.c, webhook.c, postgres.c).
  *
- * A transport opens a target once, delivers messages to it one at a time,
- * and answers for each only once the target confirmed it or refused it:
+ * A transport opens a target once, delivers messages to it (one at a time,
+ * or a batch together when it can pipeline them, a batch never holding
+ * two messages of one key), and answers for each only once the target
+ * confirmed it or refused it:
  * the loop acknowledges a message to the database after
  * RELAY_DELIVERED, never before.  Every other answer leaves the message
  * pending, and the outbox's backoff (outbox_fail) decides when it is
@@ -60,6 +62,14 @@ typedef struct RelayTransport
 	RelayTarget *(*open) (const char *url, const char *secret, char *error);
 	RelayResult (*deliver) (RelayTarget *target, const RelayMessage *message,
 							char *error, int *retry_after);
+	/*
+	 * Optional: deliver n messages at once (no two of one key), filling
+	 * one result, error and retry_after each; NULL delivers them one by
+	 * one with deliver().
+	 */
+	void		(*deliver_batch) (RelayTarget *target, const RelayMessage *messages, int n,
+								  RelayResult *results, char (*errors)[RELAY_ERROR_SIZE],
+								  int *retry_after);
 	void		(*close) (RelayTarget *target);
 } RelayTransport;
 

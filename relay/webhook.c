@@ -198,5 +198,5 @@ webhook_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_http = {"http://", webhook_open, webhook_deliver, webhook_close};
-const RelayTransport relay_https = {"https://", webhook_open, webhook_deliver, webhook_close};
+const RelayTransport relay_http = {"http://", webhook_open, webhook_deliver, NULL, webhook_close};
+const RelayTransport relay_https = {"https://", webhook_open, webhook_deliver, NULL, webhook_close};
