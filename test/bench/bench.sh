@@ -30,7 +30,9 @@
 # BENCH_PURGE_SCOPES, BENCH_RETENTION_RUN_SECONDS, BENCH_RETENTION_ROUNDS,
 # BENCH_RETENTION_CYCLES, BENCH_INGEST_CLIENTS, BENCH_INGEST_BATCH,
 # BENCH_SAMPLE_SECONDS, BENCH_RETENTION_PHASES, and for the outbox
-# BENCH_SKIP_OUTBOX, BENCH_OUTBOX_SECONDS, BENCH_OUTBOX_ROUNDS.  See
+# BENCH_SKIP_OUTBOX, BENCH_OUTBOX_SECONDS, BENCH_OUTBOX_ROUNDS, and for the
+# relay BENCH_SKIP_RELAY, BENCH_RELAY_MESSAGES, BENCH_RELAY_ROUNDS,
+# BENCH_RELAY_RATE, BENCH_RELAY_LATENCY_SECONDS.  See
 # test/bench/README.md.
 #
 # test/bench/bench.sh
@@ -565,5 +567,8 @@ if [ "${BENCH_SKIP_DEFERRED:-0}" = 0 ]; then
 fi
 if [ "${BENCH_SKIP_OUTBOX:-0}" = 0 ]; then
 	. "$here/outbox.sh"
+fi
+if [ "${BENCH_SKIP_RELAY:-0}" = 0 ]; then
+	. "$here/relay.sh"
 fi
 echo "- finished:   $(date -u '+%Y-%m-%d %H:%M:%S UTC'), load avg $(cut -d' ' -f1-3 /proc/loadavg)"

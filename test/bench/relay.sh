@@ -1,0 +1,218 @@
+#-------------------------------------------------------------------------
+#
+# relay.sh
+#	  inbox-relay to RabbitMQ, sourced by bench.sh on its cluster:
+#
+#	- throughput: a fixed number of messages pending (1,000 keys), drained
+#	  by "inbox-relay --once" against the same number drained by a
+#	  hand-written relay (hand_relay.c: SELECT ... FOR UPDATE SKIP LOCKED
+#	  LIMIT 100, publish with confirms, DELETE), one process each, the
+#	  sides alternating; messages per second, medians.  Target: inbox-relay
+#	  >= 1.0 x the hand-written relay.
+#	- latency: sends committed at a fixed rate (pgbench -R) while
+#	  inbox-relay runs, waiting for commits; a consumer takes each message
+#	  and notes how long after its send's statement it arrived; p50 and
+#	  p99.  Target: p50 <= 10 ms at 1,000 messages/s.
+#
+# A private RabbitMQ on loopback, stopped with the cluster.  Skipped, with
+# one line, without inbox-relay, rabbitmq-server or python3-pika.
+#
+# test/bench/relay.sh
+#
+#-------------------------------------------------------------------------
+
+rl_messages=${BENCH_RELAY_MESSAGES:-20000}
+rl_rounds=${BENCH_RELAY_ROUNDS:-3}
+rl_rate=${BENCH_RELAY_RATE:-1000}
+rl_latency_seconds=${BENCH_RELAY_LATENCY_SECONDS:-15}
+rl_bin="$(dirname "$(command -v postgres)")/inbox-relay"
+
+echo "## The relay to RabbitMQ"
+echo
+if ! [ -x "$rl_bin" ] || ! [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] ||
+	! python3 -c 'import pika' 2>/dev/null; then
+	echo "Skipped: needs inbox-relay, rabbitmq-server and python3-pika (test/tools/ensure-deps.sh)."
+	echo
+	return 0
+fi
+
+rl_port()
+{
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+rl_dir=$work/rabbitmq
+mkdir -p "$rl_dir"
+rl_amqp=$(rl_port)
+rl_dist=$(rl_port)
+rl_epmd=$(rl_port)
+echo "listeners.tcp.default = 127.0.0.1:$rl_amqp" >"$rl_dir/rabbitmq.conf"
+echo "[]." >"$rl_dir/enabled_plugins"
+(
+	export HOME=$rl_dir ERL_EPMD_PORT=$rl_epmd ERL_EPMD_ADDRESS=127.0.0.1 \
+		RABBITMQ_NODENAME="inbox-bench-$rl_amqp@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
+		RABBITMQ_NODE_PORT=$rl_amqp RABBITMQ_DIST_PORT=$rl_dist \
+		RABBITMQ_MNESIA_BASE="$rl_dir/mnesia" RABBITMQ_LOG_BASE="$rl_dir/log" \
+		RABBITMQ_PID_FILE="$rl_dir/rabbitmq.pid" RABBITMQ_CONFIG_FILE="$rl_dir/rabbitmq.conf" \
+		RABBITMQ_ENABLED_PLUGINS_FILE="$rl_dir/enabled_plugins" \
+		RABBITMQ_CONF_ENV_FILE="$rl_dir/no-rabbitmq-env.conf" \
+		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS='-kernel inet_dist_use_interface {127,0,0,1}'
+	exec setsid sh -c "epmd -port $rl_epmd -address 127.0.0.1 & exec /usr/lib/rabbitmq/bin/rabbitmq-server" \
+		>"$rl_dir/server.log" 2>&1 </dev/null
+) &
+rl_pgid=$!
+disown "$rl_pgid"
+
+# Stopped with the bench's cluster, however the script ends, after what
+# an earlier part asked for
+if declare -F cluster_before_cleanup >/dev/null; then
+	eval "rl_earlier_cleanup() $(declare -f cluster_before_cleanup | tail -n +2)"
+fi
+cluster_before_cleanup()
+{
+	kill -KILL -- "-$rl_pgid" 2>/dev/null
+	declare -F rl_earlier_cleanup >/dev/null && rl_earlier_cleanup "$@"
+	return 0
+}
+
+rl_pika()
+{
+	AMQP_URL="amqp://guest:guest@127.0.0.1:$rl_amqp/%2F" python3 - "$@" <<'PY'
+import os, sys, time, json, pika
+params = pika.URLParameters(os.environ['AMQP_URL'])
+what = sys.argv[1]
+if what == 'wait':
+    for _ in range(1800):
+        try:
+            pika.BlockingConnection(params).close()
+            sys.exit(0)
+        except Exception:
+            time.sleep(0.1)
+    sys.exit(1)
+conn = pika.BlockingConnection(params)
+ch = conn.channel()
+ch.queue_declare(sys.argv[2], durable=True)
+if what == 'purge':
+    print(ch.queue_purge(sys.argv[2]).method.message_count)
+elif what == 'latency':
+    # consume for the given seconds; latency of each message against the
+    # epoch in its payload
+    seconds = float(sys.argv[3])
+    lat = []
+    end = time.time() + seconds
+    for method, props, body in ch.consume(sys.argv[2], auto_ack=True, inactivity_timeout=0.5):
+        if method is not None:
+            lat.append(time.time() - float(json.loads(body)['t']))
+        if time.time() > end:
+            break
+    lat.sort()
+    if not lat:
+        print('0 0 0')
+    else:
+        print(len(lat), '%.1f' % (1000 * lat[len(lat) // 2]), '%.1f' % (1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))]))
+conn.close()
+PY
+}
+rl_pika wait || fail "RabbitMQ did not start: $(tail -n 20 "$rl_dir/server.log")"
+
+createdb relay_bench
+export PGDATABASE=relay_bench
+rl_target="amqp://guest@127.0.0.1:$rl_amqp/%2F?routing_key=relay-bench"
+rl_latency_target="amqp://guest@127.0.0.1:$rl_amqp/%2F?routing_key=relay-latency"
+printf '%s guest\n%s guest\n' "$rl_target" "$rl_latency_target" >"$work/relay.secrets"
+chmod 600 "$work/relay.secrets"
+psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<SQL
+CREATE EXTENSION inbox;
+SELECT outbox_route('relaybench', '$rl_target', '{"max_attempts": 1000}');
+SELECT outbox_route('relaylatency', '$rl_latency_target', '{"max_attempts": 1000}');
+CREATE TABLE hand_relay_outbox (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	key text NOT NULL, payload jsonb NOT NULL);
+SQL
+cc -O2 -o "$work/hand_relay" "$here/hand_relay.c" -I"$(pg_config --includedir)" \
+	-L"$(pg_config --libdir)" -lpq -lrabbitmq || fail "hand_relay.c did not build"
+rl_pika purge relay-bench >/dev/null
+
+# rl_fill SIDE: rl_messages messages pending on 1,000 keys
+rl_fill()
+{
+	if [ "$1" = inbox ]; then
+		sql "SELECT count(*) FROM generate_series(0, $rl_messages / 1000 - 1) AS b,
+			LATERAL outbox_send_many('relaybench',
+				ARRAY(SELECT 'k' || k FROM generate_series(1, 1000) AS k),
+				ARRAY(SELECT jsonb_build_object('n', b * 1000 + k) FROM generate_series(1, 1000) AS k))" >/dev/null
+	else
+		sql "INSERT INTO hand_relay_outbox (key, payload)
+			SELECT 'k' || (n % 1000), jsonb_build_object('n', n) FROM generate_series(1, $rl_messages) AS n" >/dev/null
+	fi
+	sql "VACUUM ANALYZE" >/dev/null
+}
+
+# rl_drain SIDE: drain it; prints messages per second
+rl_drain()
+{
+	local t0 t1 got
+	t0=$(date +%s.%N)
+	if [ "$1" = inbox ]; then
+		"$rl_bin" --once --batch=100 --secrets="$work/relay.secrets" --target="$rl_target" \
+			"dbname=relay_bench" 2>>"$work/relay.log" || fail "inbox-relay failed: $(tail -n 5 "$work/relay.log")"
+	else
+		"$work/hand_relay" "dbname=relay_bench" 127.0.0.1 "$rl_amqp" relay-bench >/dev/null ||
+			fail "hand_relay failed"
+	fi
+	t1=$(date +%s.%N)
+	got=$(rl_pika purge relay-bench)
+	[ "$got" = "$rl_messages" ] || fail "the $1 relay delivered $got messages, not $rl_messages"
+	awk -v n="$rl_messages" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }'
+}
+
+echo "- throughput: $rl_messages messages on 1,000 keys per run, one relay process, batches of 100, $rl_rounds round(s) alternating, medians"
+echo
+rl_inbox=""
+rl_hand=""
+for ((r = 1; r <= rl_rounds; r++)); do
+	for side in $([ $((r % 2)) = 1 ] && echo "inbox hand" || echo "hand inbox"); do
+		rl_fill "$side"
+		sql "CHECKPOINT" >/dev/null
+		v=$(rl_drain "$side")
+		echo "| round $r | $side | $v msg/s |"
+		if [ "$side" = inbox ]; then rl_inbox="$rl_inbox $v"; else rl_hand="$rl_hand $v"; fi
+	done
+done
+read -r rl_inbox_m _ _ <<<"$(stats "$rl_inbox")"
+read -r rl_hand_m _ _ <<<"$(stats "$rl_hand")"
+rl_ratio=$(awk -v a="$rl_inbox_m" -v b="$rl_hand_m" 'BEGIN { printf "%.3f", a / b }')
+echo
+echo "| relay | median msg/s |"
+echo "|---|---:|"
+echo "| inbox-relay | $rl_inbox_m |"
+echo "| hand-written | $rl_hand_m |"
+echo
+echo "inbox-relay / hand-written: $rl_ratio (target >= 1.0: $(awk -v r="$rl_ratio" 'BEGIN { print (r >= 1.0) ? "met" : "NOT met" }'))"
+echo
+
+# Latency: sends at a fixed rate while the relay waits for their commits
+rl_pika purge relay-latency >/dev/null
+"$rl_bin" --batch=100 --wait=10 --secrets="$work/relay.secrets" --target="$rl_latency_target" \
+	"dbname=relay_bench" 2>>"$work/relay.log" &
+rl_relay=$!
+cat >"$work/latency.sql" <<'SQL'
+\set k random(1, 1000)
+SELECT outbox_send('relaylatency', 'k' || :k, jsonb_build_object('t', extract(epoch FROM clock_timestamp())));
+SQL
+rl_pika latency relay-latency $((rl_latency_seconds + 3)) >"$work/latency.out" &
+rl_consumer=$!
+sleep 1
+pgbench -n -c 4 -j 2 -R "$rl_rate" -T "$rl_latency_seconds" -f "$work/latency.sql" relay_bench >/dev/null 2>&1 ||
+	fail "pgbench of the latency run failed"
+wait "$rl_consumer"
+kill -TERM "$rl_relay"
+wait "$rl_relay"
+read -r rl_n rl_p50 rl_p99 <"$work/latency.out"
+echo "- latency: $rl_rate sends/s for $rl_latency_seconds s (pgbench -R, 4 clients), inbox-relay waiting for commits; from the send's statement to the consumer"
+echo
+echo "| messages | p50 ms | p99 ms |"
+echo "|---:|---:|---:|"
+echo "| $rl_n | $rl_p50 | $rl_p99 |"
+echo
+echo "p50 target <= 10 ms: $(awk -v p="$rl_p50" 'BEGIN { print (p <= 10) ? "met" : "NOT met" }')"
+echo
+export PGDATABASE=bench
