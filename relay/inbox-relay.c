@@ -292,14 +292,11 @@ settle_batch(PGconn *conn, PGresult *fetched, int n, const RelayResult *results,
 	{
 		const char *params[1] = {receipts};
 
-		res = PQexecParams(conn,
-						   "SELECT count(*) FILTER (WHERE NOT outbox_ack(r)) "
-						   "FROM pg_catalog.unnest($1::uuid[]) AS r",
-						   1, NULL, params, NULL, NULL, 0);
+		res = PQexecParams(conn, "SELECT outbox_ack_many($1::uuid[])", 1, NULL, params, NULL, NULL, 0);
 		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-		if (ok && strcmp(PQgetvalue(res, 0, 0), "0") != 0)
-			relay_log("%s delivered message(s) had run out of lease: another relay delivers them "
-					  "again under the same id", PQgetvalue(res, 0, 0));
+		if (ok && atoi(PQgetvalue(res, 0, 0)) != delivered)
+			relay_log("%d delivered message(s) had run out of lease: another relay delivers them "
+					  "again under the same id", delivered - atoi(PQgetvalue(res, 0, 0)));
 		if (!ok)
 			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(conn));
 		PQclear(res);

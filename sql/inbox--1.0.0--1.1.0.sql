@@ -1313,6 +1313,19 @@ AS 'MODULE_PATHNAME', 'inbox_outbox_wake'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 
+-- Where this backend's last fetch for a target stopped (outbox_lease)
+CREATE FUNCTION inbox.outbox_cursor(target text, OUT topic text, OUT key text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'inbox_outbox_cursor'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.outbox_set_cursor(target text, topic text, key text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_outbox_set_cursor'
+LANGUAGE C VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION inbox.outbox_generation(target text)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'inbox_outbox_generation'
@@ -1632,30 +1645,43 @@ COMMENT ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) IS
 
 /*
  * inbox.outbox_lease(target, max, lease_until, now): lease up to max
- * heads of target's keys, due and unleased at now, oldest due first.  The
- * heads come from a skip scan of the open index: one probe per pending
- * key.  The picked rows are locked with SKIP LOCKED, and the lock
- * re-checks them on their latest version: a head another relay leased or
- * acknowledged since this statement's snapshot is passed over.
+ * heads of target's keys, due and unleased at now.  The heads come from a
+ * skip scan of the open index, one probe per key, that starts after the
+ * key where this backend's last fetch for the target stopped
+ * (inbox.outbox_cursor) and wraps around: it stops once it has max heads,
+ * so a fetch reads about as many keys as it leases, however many keys
+ * are pending, and each key gets its turn.  The picked rows are locked
+ * with SKIP LOCKED, and the lock re-checks them on their latest version:
+ * a head another relay leased or acknowledged since this statement's
+ * snapshot is passed over.
  */
 CREATE FUNCTION inbox.outbox_lease(p_target text, p_max integer, p_until timestamptz,
 								   p_now timestamptz)
 RETURNS TABLE (id uuid, topic text, key text, "position" bigint, payload jsonb,
 			   payload_bytes bytea, headers jsonb, created_at timestamptz,
 			   attempts integer, receipt uuid, lease_until timestamptz)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-	WITH RECURSIVE heads AS (
-		(SELECT d.topic, d.key, d.id, d.due, d.lease_until
+DECLARE
+	c_topic text;
+	c_key text;
+	ids uuid[];
+	last_topic text;
+	last_key text;
+BEGIN
+	SELECT c.topic, c.key INTO c_topic, c_key FROM inbox.outbox_cursor(p_target) AS c;
+	WITH RECURSIVE after_cursor AS (
+		(SELECT d.topic, d.key, d.id, d.due, d.lease_until, 1 AS step
 		   FROM inbox.outbox_deliveries AS d
 		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+			AND (d.topic, d.key) OPERATOR(pg_catalog.>) (c_topic COLLATE "C", c_key COLLATE "C")
 		  ORDER BY d.topic, d.key, d.position
 		  LIMIT 1)
 		UNION ALL
-		SELECT n.topic, n.key, n.id, n.due, n.lease_until
-		  FROM heads AS h
+		SELECT n.topic, n.key, n.id, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
+		  FROM after_cursor AS h
 		 CROSS JOIN LATERAL (
 			SELECT d.topic, d.key, d.id, d.due, d.lease_until
 			  FROM inbox.outbox_deliveries AS d
@@ -1664,15 +1690,46 @@ AS $$
 			   AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
 			 ORDER BY d.topic, d.key, d.position
 			 LIMIT 1) AS n),
-	picked AS (
+	up_to_cursor AS (
+		(SELECT d.topic, d.key, d.id, d.due, d.lease_until, 1000000000 AS step
+		   FROM inbox.outbox_deliveries AS d
+		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+			AND (d.topic, d.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")
+		  ORDER BY d.topic, d.key, d.position
+		  LIMIT 1)
+		UNION ALL
+		SELECT n.topic, n.key, n.id, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
+		  FROM up_to_cursor AS h
+		 CROSS JOIN LATERAL (
+			SELECT d.topic, d.key, d.id, d.due, d.lease_until
+			  FROM inbox.outbox_deliveries AS d
+			 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+			   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+			   AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
+			   AND (d.topic, d.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")
+			 ORDER BY d.topic, d.key, d.position
+			 LIMIT 1) AS n),
+	-- Read lazily, in walk order: the walk stops at the max-th due head
+	due_heads AS (
+		SELECT h.* FROM (SELECT * FROM after_cursor UNION ALL SELECT * FROM up_to_cursor) AS h
+		 WHERE h.due OPERATOR(pg_catalog.<=) p_now
+		   AND (h.lease_until IS NULL OR h.lease_until OPERATOR(pg_catalog.<=) p_now)
+		 LIMIT p_max)
+	SELECT pg_catalog.array_agg(h.id ORDER BY h.step),
+		   (pg_catalog.array_agg(h.topic ORDER BY h.step DESC))[1],
+		   (pg_catalog.array_agg(h.key ORDER BY h.step DESC))[1]
+	  INTO ids, last_topic, last_key
+	  FROM due_heads AS h;
+	IF ids IS NULL THEN
+		RETURN;
+	END IF;
+	PERFORM inbox.outbox_set_cursor(p_target, last_topic, last_key);
+	RETURN QUERY
+	WITH picked AS (
 		SELECT d.id
 		  FROM inbox.outbox_deliveries AS d
-		 WHERE d.id OPERATOR(pg_catalog.=) ANY (ARRAY(
-				SELECT h.id FROM heads AS h
-				 WHERE h.due OPERATOR(pg_catalog.<=) p_now
-				   AND (h.lease_until IS NULL OR h.lease_until OPERATOR(pg_catalog.<=) p_now)
-				 ORDER BY h.due, h.id
-				 LIMIT p_max))
+		 WHERE d.id OPERATOR(pg_catalog.=) ANY (ids)
 		   AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
 		   AND d.due OPERATOR(pg_catalog.<=) p_now
@@ -1690,7 +1747,8 @@ AS $$
 		   m.created_at, l.attempts, l.receipt, l.lease_until
 	  FROM leased AS l
 	  JOIN inbox.outbox_messages AS m ON m.id OPERATOR(pg_catalog.=) l.id
-	 ORDER BY l.topic, l.key, l.position
+	 ORDER BY l.topic, l.key, l.position;
+END
 $$;
 
 -- When target's next pending message may become fetchable by the clock
@@ -1869,6 +1927,40 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_ack(uuid) IS
 'mark a fetched outbox message delivered, by its receipt';
+
+-- Mark a batch of fetched messages delivered, by their receipts: how many
+-- the receipts still held.  One statement for a relay's whole batch.
+CREATE FUNCTION @extschema@.outbox_ack_many(receipts uuid[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_receipts uuid[] := outbox_ack_many.receipts;
+	targets text[];
+	done integer;
+BEGIN
+	IF p_receipts IS NULL THEN
+		RAISE EXCEPTION 'receipts must not be null'
+			USING ERRCODE = '22004', HINT = 'Pass the receipts outbox_fetch returned with the messages.';
+	END IF;
+	WITH acked AS (
+		UPDATE inbox.outbox_deliveries AS d
+		   SET state = 's', finished_at = pg_catalog.clock_timestamp(), receipt = NULL, lease_until = NULL
+		 WHERE d.receipt OPERATOR(pg_catalog.=) ANY (p_receipts)
+		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+		RETURNING d.target)
+	SELECT pg_catalog.array_agg(DISTINCT a.target), pg_catalog.count(*)
+	  INTO targets, done
+	  FROM acked AS a;
+	-- The keys' next messages are their heads now: wake the relays at commit
+	PERFORM inbox.outbox_wake(t.target) FROM pg_catalog.unnest(targets) AS t(target);
+	RETURN done;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_ack_many(uuid[]) IS
+'mark fetched outbox messages delivered, by their receipts; how many the receipts still held';
 
 /*
  * Record a failed delivery.  With retry_after, the message may be fetched
@@ -2193,6 +2285,8 @@ REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_generation(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_cursor(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_set_cursor(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_sleep(text, bigint, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_write(text, text, jsonb, bytea, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_same(inbox.outbox_messages, text, text, jsonb, bytea, jsonb) FROM PUBLIC;
@@ -2213,6 +2307,7 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_unroute(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_targets() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_fetch(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_ack(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_ack_many(uuid[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_fail(uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_requeue(uuid) FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_stats FROM PUBLIC;
@@ -2226,6 +2321,7 @@ SELECT inbox.bundle_add('publisher', 'function', '@extschema@.outbox_send_many(t
 SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_targets()');
 SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_fetch(text, integer, interval, interval)');
 SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_ack(uuid)');
+SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_ack_many(uuid[])');
 SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_fail(uuid, text, interval)');
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_stats');
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_dead_letters');

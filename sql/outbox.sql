@@ -149,6 +149,28 @@ SELECT regress.try($$SELECT * FROM outbox_fetch('https://hooks.example/orders', 
 SELECT regress.try($$SELECT * FROM outbox_fetch('https://hooks.example/orders', 1, '1 s', '61 s')$$);
 SELECT regress.try($$SELECT outbox_ack(NULL)$$);
 SELECT outbox_ack('00000000-0000-4000-8000-000000000000') AS unknown_receipt;
+SELECT regress.try($$SELECT outbox_ack_many(NULL)$$);
+SELECT outbox_ack_many('{}') AS none, outbox_ack_many('{00000000-0000-4000-8000-000000000000}') AS unknown;
+
+-- A fetch walks the keys on from where this session's last fetch for the
+-- target stopped, and wraps around: every key gets its turn, and a fetch
+-- reads about as many keys as it leases.  outbox_ack_many acknowledges a
+-- batch, counting what its receipts still held.
+SELECT outbox_route('turns', 'https://turns.example/hook');
+SELECT count(*) FROM outbox_send_many('turns', ARRAY['t-a', 't-b', 't-c', 't-d', 't-a', 't-b', 't-c', 't-d'],
+	array_fill('{}'::jsonb, ARRAY[8]));
+SELECT * FROM regress.fetch('https://turns.example/hook', 2);
+SELECT outbox_ack_many(array_agg(receipt)) FROM regress.fetched;
+SELECT outbox_ack_many(array_agg(receipt)) AS again FROM regress.fetched;
+-- t-a and t-b have their next heads, but t-c and t-d come first
+SELECT * FROM regress.fetch('https://turns.example/hook', 2);
+SELECT outbox_ack_many(array_agg(receipt)) FROM regress.fetched;
+SELECT * FROM regress.fetch('https://turns.example/hook', 3);
+SELECT outbox_ack_many(array_agg(receipt)) FROM regress.fetched;
+SELECT * FROM regress.fetch('https://turns.example/hook', 3);
+SELECT outbox_ack_many(array_agg(receipt)) FROM regress.fetched;
+SELECT count(*) AS left FROM outbox_fetch('https://turns.example/hook', 10, '1 minute');
+SELECT outbox_unroute('turns', 'https://turns.example/hook');
 SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x') AS unknown_receipt;
 SELECT regress.try($$SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x', '-1 s')$$);
 -- A wait that finds nothing ends at its deadline

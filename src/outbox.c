@@ -40,6 +40,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -58,6 +59,8 @@ PG_FUNCTION_INFO_V1(inbox_outbox_generation);
 PG_FUNCTION_INFO_V1(inbox_outbox_sleep);
 PG_FUNCTION_INFO_V1(inbox_outbox_retention);
 PG_FUNCTION_INFO_V1(inbox_outbox_limits);
+PG_FUNCTION_INFO_V1(inbox_outbox_cursor);
+PG_FUNCTION_INFO_V1(inbox_outbox_set_cursor);
 
 /* inbox.outbox_retention, in seconds */
 static int	outbox_retention = 7 * SECS_PER_DAY;
@@ -286,6 +289,85 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 		until = now + (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC;
 	TimestampDifference(now, until, &secs, &usecs);
 	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
+	PG_RETURN_VOID();
+}
+
+/* ------------------------------------------------------------------------
+ * Fetch cursors
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * Where this backend's last fetch for a target stopped: the next fetch
+ * (inbox.outbox_lease) walks the target's keys on from there and wraps
+ * around, so that it reads about as many keys as it leases, and every key
+ * gets its turn.  Backend-local: a relay's session fetches for one target
+ * or a few; the oldest cursor gives way when there are more.
+ */
+#define MAX_FETCH_CURSORS 16
+
+typedef struct FetchCursor
+{
+	char	   *target;			/* NULL: a free slot */
+	char	   *topic;
+	char	   *key;
+} FetchCursor;
+
+static FetchCursor cursors[MAX_FETCH_CURSORS];
+static int	next_cursor = 0;
+
+static FetchCursor *
+find_cursor(const char *target)
+{
+	for (int i = 0; i < MAX_FETCH_CURSORS; i++)
+		if (cursors[i].target != NULL && strcmp(cursors[i].target, target) == 0)
+			return &cursors[i];
+	return NULL;
+}
+
+/*
+ * inbox.outbox_cursor(target text, OUT topic text, OUT key text): where
+ * this backend's last fetch for target stopped; ('', '') before the first,
+ * which sorts before every key (a topic is never empty).
+ */
+Datum
+inbox_outbox_cursor(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	char	   *target = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	FetchCursor *c = find_cursor(target);
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "inbox.outbox_cursor() must return a record");
+	values[0] = CStringGetTextDatum(c ? c->topic : "");
+	values[1] = CStringGetTextDatum(c ? c->key : "");
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/* inbox.outbox_set_cursor(target text, topic text, key text) */
+Datum
+inbox_outbox_set_cursor(PG_FUNCTION_ARGS)
+{
+	char	   *target = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	FetchCursor *c = find_cursor(target);
+
+	if (c == NULL)
+	{
+		c = &cursors[next_cursor];
+		next_cursor = (next_cursor + 1) % MAX_FETCH_CURSORS;
+		if (c->target != NULL)
+			pfree(c->target);
+		c->target = MemoryContextStrdup(TopMemoryContext, target);
+	}
+	else
+	{
+		pfree(c->topic);
+		pfree(c->key);
+	}
+	c->topic = MemoryContextStrdup(TopMemoryContext, text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	c->key = MemoryContextStrdup(TopMemoryContext, text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	PG_RETURN_VOID();
 }
 
