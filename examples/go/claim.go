@@ -7,6 +7,11 @@
 // broker delivers the message again.  A crash after COMMIT but before the
 // ack leaves both, and the redelivery's claim returns false: it is acked
 // without a second effect.
+//
+// With a notice topic (mode "forward"), the same transaction also sends a
+// notice through the outbox (outbox_send): it leaves only if the claim and
+// the effect commit, and inbox-relay delivers it after the commit, under
+// the outbox id, in commit order per key.
 
 package main
 
@@ -18,10 +23,11 @@ import (
 )
 
 type ClaimConsumer struct {
-	appURL string
-	scope  string
-	broker *Broker
-	db     *pgx.Conn
+	appURL      string
+	scope       string
+	broker      *Broker
+	db          *pgx.Conn
+	noticeTopic string // "": no notice
 }
 
 func (c *ClaimConsumer) Run(ctx context.Context) {
@@ -111,6 +117,16 @@ func (c *ClaimConsumer) claimAndApply(ctx context.Context, d Delivery, h []byte)
 			VALUES ($1, $2, ($3::jsonb ->> 'amount')::numeric, 'claim')`,
 			c.scope, d.MessageID, d.Payload); err != nil {
 			return false, err
+		}
+		if c.noticeTopic != "" {
+			// The notice, keyed by customer when the invoice names one:
+			// one customer's notices arrive in the order they committed.
+			if _, err := tx.Exec(ctx, `
+				SELECT outbox_send($1, coalesce($2::jsonb ->> 'customer', $3),
+				                   jsonb_build_object('source', $4::text, 'amount', $2::jsonb -> 'amount'))`,
+				c.noticeTopic, d.Payload, c.scope, d.MessageID); err != nil {
+				return false, err
+			}
 		}
 		simulateWork()
 	}

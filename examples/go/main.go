@@ -1,6 +1,6 @@
 // main.go - runs one consumer of the example.
 //
-//	inbox-example claim|batch|receive|work
+//	inbox-example claim|forward|batch|receive|work
 //
 // Settings come from the environment (see README.md):
 //
@@ -10,6 +10,7 @@
 //	INBOX_LOSE_ACKS   share of acks the simulated broker loses (default 0)
 //	INBOX_FAIL_RATE   share of deferred effects that fail (default 0)
 //	INBOX_WORK_MS     time each effect takes, simulated (default 0)
+//	INBOX_NOTICE_TOPIC  the outbox topic of "forward" (default invoice-booked)
 package main
 
 import (
@@ -40,6 +41,9 @@ func main() {
 	switch mode {
 	case "claim":
 		(&ClaimConsumer{appURL: appURL, scope: scope, broker: broker}).Run(ctx)
+	case "forward":
+		(&ClaimConsumer{appURL: appURL, scope: scope, broker: broker,
+			noticeTopic: env("INBOX_NOTICE_TOPIC", "invoice-booked")}).Run(ctx)
 	case "batch":
 		(&BatchConsumer{appURL: appURL, scope: scope, broker: broker}).Run(ctx)
 	case "receive":
@@ -47,7 +51,7 @@ func main() {
 	case "work":
 		(&DeferredWorker{appURL: appURL, scope: scope, failRate: failRate}).Run(ctx)
 	default:
-		fmt.Fprintln(os.Stderr, "usage: inbox-example claim|batch|receive|work")
+		fmt.Fprintln(os.Stderr, "usage: inbox-example claim|forward|batch|receive|work")
 		os.Exit(2)
 	}
 }
