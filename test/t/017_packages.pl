@@ -186,11 +186,22 @@ SKIP:
 	my %in_deb = map { $_ => 1 } @files;
 	my @scripts = ("inbox--$version.sql", map { s{.*/}{}r }
 		  grep { m{^sql/inbox--[^/]+\.sql$} && !m{^sql/inbox--\Q$version\E\.sql$} } @tracked);
-	my @want = ("usr/lib/postgresql/$major/lib/inbox.so", "usr/lib/postgresql/$major/bin/inbox-relay",
+	my @want = ("usr/lib/postgresql/$major/lib/inbox.so",
 		map { "usr/share/postgresql/$major/extension/$_" } 'inbox.control', @scripts);
 	is_deeply([ grep { !$in_deb{$_} } @want ], [],
-		'it holds the library, the relay, the control file and ' . scalar(@scripts) . ' scripts');
-	like($field{Depends}, qr/librabbitmq/, 'it depends on the relay\'s libraries');
+		'it holds the library, the control file and ' . scalar(@scripts) . ' scripts');
+	ok(!(grep { /inbox-relay/ } @files), 'but not the relay, which is a package of its own');
+
+	# The relay's package: the program, its unit, its libraries
+	(my $relay_deb = $deb) =~ s{postgresql-$major-inbox_}{inbox-relay_};
+	ok(-f $relay_deb, "it wrote $relay_deb too");
+	my %relay_field = map { /^(\S+): (.*)$/ ? ($1, $2) : () } split /\n/, (cmd('dpkg-deb', '-f', $relay_deb))[1];
+	my %in_relay = map { m{ \./(\S+)$} ? ($1 => 1) : () } split /\n/, (cmd('dpkg-deb', '-c', $relay_deb))[1];
+	ok($in_relay{'usr/bin/inbox-relay'}
+		  && ($in_relay{'lib/systemd/system/inbox-relay@.service'} || $in_relay{'usr/lib/systemd/system/inbox-relay@.service'}),
+		'the relay package holds the program and its systemd unit')
+	  or diag(join "\n", sort keys %in_relay);
+	like($relay_field{Depends} // '', qr/librabbitmq.*libcurl|libcurl.*librabbitmq/, 'and depends on its libraries');
 
 	# A copy of PostgreSQL, in the layout of the package's paths (the
 	# postgres and pg_config binaries find their share directory relative
