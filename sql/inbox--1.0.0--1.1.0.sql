@@ -1541,23 +1541,22 @@ BEGIN
 END
 $$;
 
+-- A send (src/outbox.c): outbox_check's checks, then the key's position,
+-- the message and its deliveries in one statement; a caller's id goes
+-- through outbox_write, which compares it with a message sent before.
 CREATE FUNCTION inbox.outbox_send(topic text, key text, payload jsonb,
 								  headers jsonb DEFAULT NULL, id uuid DEFAULT NULL)
 RETURNS uuid
-LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT inbox.outbox_write($1, $2, $3, NULL, $4, $5)
-$$;
+AS 'MODULE_PATHNAME', 'inbox_outbox_send_json'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION inbox.outbox_send(topic text, key text, payload bytea,
 								  headers jsonb DEFAULT NULL, id uuid DEFAULT NULL)
 RETURNS uuid
-LANGUAGE sql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-	SELECT inbox.outbox_write($1, $2, NULL, $3, $4, $5)
-$$;
+AS 'MODULE_PATHNAME', 'inbox_outbox_send_bytes'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
 
 /*
  * Many messages of one topic: keys[i] with payloads[i], ids in the order

@@ -32,9 +32,11 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -60,6 +62,8 @@ PG_FUNCTION_INFO_V1(inbox_outbox_sleep);
 PG_FUNCTION_INFO_V1(inbox_outbox_retention);
 PG_FUNCTION_INFO_V1(inbox_outbox_limits);
 PG_FUNCTION_INFO_V1(inbox_outbox_cursor);
+PG_FUNCTION_INFO_V1(inbox_outbox_send_json);
+PG_FUNCTION_INFO_V1(inbox_outbox_send_bytes);
 PG_FUNCTION_INFO_V1(inbox_outbox_set_cursor);
 
 /* inbox.outbox_retention, in seconds */
@@ -101,8 +105,8 @@ static uint64 last_v7_time = 0;
  * Unix time in milliseconds, the 12 bits after the version the fraction of
  * the millisecond (method 3 of the RFC), the rest random.
  */
-Datum
-inbox_uuid_v7(PG_FUNCTION_ARGS)
+static pg_uuid_t *
+new_uuid_v7(void)
 {
 	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
 	TimestampTz now = GetCurrentTimestamp();
@@ -127,7 +131,13 @@ inbox_uuid_v7(PG_FUNCTION_ARGS)
 	uuid->data[6] = (unsigned char) (0x70 | (frac >> 8));
 	uuid->data[7] = (unsigned char) (frac & 0xFF);
 	uuid->data[8] = (unsigned char) (0x80 | (uuid->data[8] & 0x3F));
-	PG_RETURN_UUID_P(uuid);
+	return uuid;
+}
+
+Datum
+inbox_uuid_v7(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_UUID_P(new_uuid_v7());
 }
 
 /* ------------------------------------------------------------------------
@@ -290,6 +300,105 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 	TimestampDifference(now, until, &secs, &usecs);
 	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
 	PG_RETURN_VOID();
+}
+
+/* ------------------------------------------------------------------------
+ * Sends
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * A send of a new id, in one statement: the key's position taken under its
+ * row (held to commit: see sql/inbox.sql's banner), the message, and a
+ * delivery per route of the topic, whose targets come back to be woken at
+ * commit.
+ */
+static const char *const send_sql =
+"WITH k AS ("
+" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2, 1)"
+" ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1"
+" RETURNING k.last),"
+" m AS ("
+" INSERT INTO inbox.outbox_messages (id, topic, key, position, payload, payload_bytes, headers)"
+" SELECT $3, $1, $2, k.last, $4, $5, $6 FROM k"
+" RETURNING position) "
+"INSERT INTO inbox.outbox_deliveries (id, target, topic, key, position) "
+"SELECT $3, r.target, $1, $2, m.position FROM m CROSS JOIN inbox.outbox_routes AS r "
+"WHERE r.topic OPERATOR(pg_catalog.=) $1 COLLATE \"C\" "
+"RETURNING target";
+
+/* A send with the caller's id: outbox_write compares it with one sent before */
+static const char *const send_with_id_sql =
+"SELECT inbox.outbox_write($1, $2, $4, $5, $6, $3)";
+
+static SPIPlanPtr send_plan = NULL;
+static SPIPlanPtr send_with_id_plan = NULL;
+
+/*
+ * inbox.outbox_send(topic, key, payload, headers, id), the implementation
+ * behind the entry point of the same name, for a jsonb payload or a bytea
+ * one (bytes).  The checks are outbox_check's, then one statement.
+ */
+static Datum
+outbox_send(FunctionCallInfo fcinfo, bool bytes)
+{
+	Oid			types[6] = {TEXTOID, TEXTOID, UUIDOID, JSONBOID, BYTEAOID, JSONBOID};
+	Datum		values[6];
+	char		nulls[6] = {' ', ' ', ' ', 'n', 'n', ' '};
+	pg_uuid_t  *id;
+	uint64		n;
+
+	{
+		LOCAL_FCINFO(check, 3);
+
+		InitFunctionCallInfoData(*check, NULL, 3, InvalidOid, NULL, NULL);
+		check->args[0] = fcinfo->args[0];
+		check->args[1] = fcinfo->args[1];
+		check->args[2].isnull = PG_ARGISNULL(2);
+		check->args[2].value = PG_ARGISNULL(2) ? (Datum) 0 :
+			Int64GetDatum((int64) toast_datum_size(PG_GETARG_DATUM(2)));
+		(void) inbox_outbox_check(check);
+	}
+	values[0] = PG_GETARG_DATUM(0);
+	values[1] = PG_GETARG_DATUM(1);
+	id = PG_ARGISNULL(4) ? new_uuid_v7() : PG_GETARG_UUID_P(4);
+	values[2] = UUIDPGetDatum(id);
+	values[bytes ? 4 : 3] = PG_GETARG_DATUM(2);
+	nulls[bytes ? 4 : 3] = ' ';
+	values[5] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	nulls[5] = PG_ARGISNULL(3) ? 'n' : ' ';
+
+	inbox_spi_connect();
+	if (!PG_ARGISNULL(4))
+	{
+		(void) inbox_execute_plan(inbox_plan(&send_with_id_plan, send_with_id_sql, 6, types),
+								  values, nulls, SPI_OK_SELECT, "an outbox send with its id");
+		SPI_finish();
+		PG_RETURN_UUID_P(id);
+	}
+	n = inbox_execute_plan(inbox_plan(&send_plan, send_sql, 6, types), values, nulls,
+						   SPI_OK_INSERT_RETURNING, "an outbox send");
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		target = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+
+		inbox_wakeup_note(wake_name(DatumGetTextPP(target)));
+	}
+	SPI_finish();
+	PG_RETURN_UUID_P(id);
+}
+
+Datum
+inbox_outbox_send_json(PG_FUNCTION_ARGS)
+{
+	return outbox_send(fcinfo, false);
+}
+
+Datum
+inbox_outbox_send_bytes(PG_FUNCTION_ARGS)
+{
+	return outbox_send(fcinfo, true);
 }
 
 /* ------------------------------------------------------------------------
