@@ -154,7 +154,6 @@ forget_leaves(Datum arg, Oid relid)
 			leaf_relids[i] = InvalidOid;
 	if (relid == InvalidOid || relid == entries_relid)
 		entries_relid = InvalidOid;
-	direct_layout_forget(relid);
 	for (i = 0; i < nknown_indexes; i++)
 		if (relid == InvalidOid || relid == known_indexes[i].indexid)
 		{
@@ -525,9 +524,9 @@ inbox_direct_insert(EState *estate, ResultRelInfo *rri, TupleTableSlot *slot, Li
 			return true;
 
 		/*
-		 * A concurrent insertion of the key got into the index between the
-		 * check and ours, which was backed out.  Check again, which now
-		 * waits for that insertion's transaction.
+		 * Another insertion of the key got into the index before ours (after
+		 * the probe, or with none), and ours was backed out.  Probe now,
+		 * which waits for that insertion's transaction.
 		 */
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -39,11 +39,17 @@
  * the search_path nor the way the expression was spelt changes the
  * verdict.
  *
+ * The same holds for inbox.content_window, into which window.c writes the
+ * first claim of a content: a plain table with the five columns of
+ * sql/inbox.sql, no CHECK, trigger, rule or row-level security, and its
+ * primary key on (scope, payload_hash), immediate, as the arbiter.  The
+ * write sets every column, never to NULL, so neither a NOT NULL nor a
+ * default matters there.
+ *
  * A verdict is kept per relation for the backend's life: cooking costs a
  * parse and catalog lookups that a claim must not pay.  It is forgotten
  * when the relation's relcache entry is invalidated, which every change
- * above causes (direct.c's relcache callback relays it here), and at any
- * change to pg_proc (the bucket's function).  A verdict reached while an
+ * above causes, and at any change to pg_proc (the bucket's function).  A verdict reached while an
  * invalidation arrived serves the statement that asked, and is not kept.
  *
  * src/direct_layout.c
@@ -52,9 +58,11 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/relation.h"
 #include "catalog/heap.h"
 #include "catalog/partition.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_opfamily.h"
 #include "fmgr.h"
@@ -91,14 +99,29 @@ static int	nverdicts = 0;
 
 /* Counts the invalidations, so that a verdict reached across one is not kept */
 static uint64 forgets = 0;
-static bool proc_callback_registered = false;
+static bool callbacks_registered = false;
+
+/* The columns of inbox.content_window, in order (direct_layout.h) */
+static const struct
+{
+	const char *name;
+	Oid			type;
+	Oid			collation;
+}			content_columns[CONTENT_WINDOW_NATTS] =
+{
+	{"scope", TEXTOID, C_COLLATION_OID},
+	{"payload_hash", BYTEAOID, InvalidOid},
+	{"message_id", TEXTOID, C_COLLATION_OID},
+	{"seen_at", TIMESTAMPTZOID, InvalidOid},
+	{"expires_at", TIMESTAMPTZOID, InvalidOid},
+};
 
 /*
- * Forget the verdict on relid, or every verdict (InvalidOid): called at
- * every relcache invalidation.
+ * Forget the verdict on relid, or every verdict (InvalidOid): the relcache
+ * callback.
  */
-void
-direct_layout_forget(Oid relid)
+static void
+forget_at_relation_change(Datum arg, Oid relid)
 {
 	int			i = 0;
 
@@ -115,7 +138,7 @@ direct_layout_forget(Oid relid)
 static void
 forget_at_function_change(Datum arg, int cacheid, uint32 hashvalue)
 {
-	direct_layout_forget(InvalidOid);
+	forget_at_relation_change((Datum) 0, InvalidOid);
 }
 
 /* The kept verdict on relid: 1 or 0, or -1 if none is kept */
@@ -350,10 +373,11 @@ start_verdict(uint64 *forgets_before)
 	MemoryContext cxt = AllocSetContextCreate(CurrentMemoryContext, "inbox layout check",
 											  ALLOCSET_SMALL_SIZES);
 
-	if (!proc_callback_registered)
+	if (!callbacks_registered)
 	{
+		CacheRegisterRelcacheCallback(forget_at_relation_change, (Datum) 0);
 		CacheRegisterSyscacheCallback(PROCOID, forget_at_function_change, (Datum) 0);
-		proc_callback_registered = true;
+		callbacks_registered = true;
 	}
 	*forgets_before = forgets;
 	return MemoryContextSwitchTo(cxt);
@@ -414,4 +438,60 @@ direct_layout_leaf_ok(Relation leaf, int leafno, Oid parentid)
 	ok = leaf->rd_rel->relkind == RELKIND_RELATION && relation_matches(leaf) &&
 		leaf_bound_ok(leaf, leafno, parentid);
 	return end_verdict(caller_cxt, relid, ok, forgets_before);
+}
+
+/* Whether rel, inbox.content_window, is as sql/inbox.sql makes it (above) */
+static bool
+content_matches(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	Oid			pkey;
+	Relation	index;
+	bool		ok;
+	int			i;
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
+		rel->rd_rules != NULL || rel->rd_rel->relrowsecurity ||
+		desc->natts != CONTENT_WINDOW_NATTS ||
+		(desc->constr != NULL && desc->constr->num_check != 0))
+		return false;
+	for (i = 0; i < CONTENT_WINDOW_NATTS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || strcmp(NameStr(att->attname), content_columns[i].name) != 0 ||
+			att->atttypid != content_columns[i].type || att->atttypmod != -1 ||
+			att->attcollation != content_columns[i].collation ||
+			att->attidentity != '\0' || att->attgenerated != '\0')
+			return false;
+	}
+	pkey = inbox_primary_key(rel);
+	if (!OidIsValid(pkey))
+		return false;
+	index = index_open(pkey, AccessShareLock);
+	ok = index->rd_index->indisunique && index->rd_index->indimmediate &&
+		index->rd_index->indnkeyatts == 2 &&
+		index->rd_index->indkey.values[0] == 1 && index->rd_index->indkey.values[1] == 2 &&
+		RelationGetIndexExpressions(index) == NIL && RelationGetIndexPredicate(index) == NIL;
+	index_close(index, AccessShareLock);
+	return ok;
+}
+
+/*
+ * Whether rel, inbox.content_window (on which the caller holds a lock), is
+ * as sql/inbox.sql makes it, so that window.c may write a content's row
+ * into it with its primary key as the arbiter.
+ */
+bool
+direct_layout_content_ok(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	int			kept = kept_verdict(relid);
+	uint64		forgets_before;
+	MemoryContext caller_cxt;
+
+	if (kept >= 0)
+		return kept == 1;
+	caller_cxt = start_verdict(&forgets_before);
+	return end_verdict(caller_cxt, relid, content_matches(rel), forgets_before);
 }

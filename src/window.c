@@ -33,14 +33,14 @@
  * statement's start-up.  Only when a row of the content exists does the
  * claim run the statement above, which decides as described.  That write
  * evaluates no constraint, so it is made only while inbox.content_window
- * is as sql/inbox.sql makes it: its five columns, no CHECK, no trigger,
- * rule or row-level security, its primary key on (scope, payload_hash)
- * (content_layout_ok); any other table takes the statement, which
- * enforces what the table holds.  The content check follows the entry's arbitration,
- * so that a redelivery of a message id is always the ordinary duplicate,
- * never a content duplicate.  Under REPEATABLE READ and SERIALIZABLE, a
- * first claim committed after the caller's snapshot makes the executor
- * raise 40001, as for an entry.  Rejecting raises, so the caller's
+ * is as sql/inbox.sql makes it (direct_layout_content_ok); any other
+ * table takes the statement, which enforces what the table holds.
+ *
+ * The content check follows the entry's arbitration, so that a
+ * redelivery of a message id is always the ordinary duplicate, never a
+ * content duplicate.  Under REPEATABLE READ and SERIALIZABLE, a first
+ * claim committed after the caller's snapshot makes the executor raise
+ * 40001, as for an entry.  Rejecting raises, so the caller's
  * transaction (or savepoint) takes back the entry just written: nothing of
  * a rejected claim stays.
  *
@@ -62,10 +62,8 @@
  */
 #include "postgres.h"
 
-#include "access/genam.h"
 #include "access/table.h"
 #include "access/tableam.h"
-#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
@@ -84,6 +82,7 @@
 #include "compat.h"
 #include "conflicts.h"
 #include "direct.h"
+#include "direct_layout.h"
 #include "inbox.h"
 #include "keys.h"
 #include "spi.h"
@@ -111,29 +110,8 @@ static bool windows_valid = false;
 static Oid	windows_relid = InvalidOid;
 static bool windows_callback_registered = false;
 
-/*
- * inbox.content_window, found on first use, and whether the direct write
- * may insert into it (-1: not decided yet): both forgotten at any
- * invalidation of the table.
- */
+/* inbox.content_window, found on first use, forgotten at its invalidation */
 static Oid	content_relid = InvalidOid;
-static int	content_verdict = -1;
-
-/* The columns of inbox.content_window, in order, as the direct write fills them */
-#define Natts_content_window		5
-static const struct
-{
-	const char *name;
-	Oid			type;
-	Oid			collation;
-}			content_columns[Natts_content_window] =
-{
-	{"scope", TEXTOID, C_COLLATION_OID},
-	{"payload_hash", BYTEAOID, InvalidOid},
-	{"message_id", TEXTOID, C_COLLATION_OID},
-	{"seen_at", TIMESTAMPTZOID, InvalidOid},
-	{"expires_at", TIMESTAMPTZOID, InvalidOid},
-};
 
 /* A claim's content row: the first id of the content within the window */
 static const char *const window_claim_sql =
@@ -194,10 +172,7 @@ windows_invalidate(Datum arg, Oid relid)
 	if (relid == InvalidOid || relid == windows_relid)
 		windows_valid = false;
 	if (relid == InvalidOid || relid == content_relid)
-	{
 		content_relid = InvalidOid;
-		content_verdict = -1;
-	}
 }
 
 /*
@@ -326,50 +301,6 @@ inbox_window_on(const text *scope)
 }
 
 /*
- * Whether rel, inbox.content_window, is as sql/inbox.sql makes it, so that
- * a row written without the executor's checks is one the SQL statement
- * would write: its columns (no type modifier, no identity or generated
- * column: the write sets all five, never to NULL, so neither NOT NULL nor a
- * default matters), no CHECK, no trigger, rule or row-level security, a
- * plain table, and the primary key on (scope, payload_hash), immediate,
- * which arbitrates.  *pkey is that index.
- */
-static bool
-content_layout_ok(Relation rel, Oid *pkey)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	Relation	index;
-	bool		ok;
-	int			i;
-
-	if (rel->rd_rel->relkind != RELKIND_RELATION || rel->trigdesc != NULL ||
-		rel->rd_rules != NULL || rel->rd_rel->relrowsecurity ||
-		desc->natts != Natts_content_window ||
-		(desc->constr != NULL && desc->constr->num_check != 0))
-		return false;
-	for (i = 0; i < Natts_content_window; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attisdropped || strcmp(NameStr(att->attname), content_columns[i].name) != 0 ||
-			att->atttypid != content_columns[i].type || att->atttypmod != -1 ||
-			att->attcollation != content_columns[i].collation ||
-			att->attidentity != '\0' || att->attgenerated != '\0')
-			return false;
-	}
-	*pkey = inbox_primary_key(rel);
-	if (!OidIsValid(*pkey))
-		return false;
-	index = index_open(*pkey, AccessShareLock);
-	ok = index->rd_index->indisunique && index->rd_index->indimmediate &&
-		index->rd_index->indnkeyatts == 2 &&
-		index->rd_index->indkey.values[0] == 1 && index->rd_index->indkey.values[1] == 2 &&
-		RelationGetIndexExpressions(index) == NIL && RelationGetIndexPredicate(index) == NIL;
-	index_close(index, AccessShareLock);
-	return ok;
-}
-
-/*
  * Insert the content's row of a claim as INSERT ... ON CONFLICT DO NOTHING
  * would (see above): true when it was written, the claim being the first
  * of its content; false, having written nothing, when a row of the
@@ -380,7 +311,6 @@ content_first_direct(const text *scope, const text *message_id, const bytea *pay
 					 const Interval *within)
 {
 	Oid			relid;
-	Oid			pkey = InvalidOid;
 	Relation	rel;
 	EState	   *estate;
 	ResultRelInfo *rri;
@@ -391,7 +321,7 @@ content_first_direct(const text *scope, const text *message_id, const bytea *pay
 	bool		first;
 
 	/* A bounded wait for an uncommitted first claim is the statement's */
-	if (content_verdict == 0 || !inbox_direct_available() || inbox_claim_bounded())
+	if (!inbox_direct_available() || inbox_claim_bounded())
 		return false;
 	if (!OidIsValid(content_relid))
 		content_relid = inbox_relid("content_window");
@@ -404,11 +334,7 @@ content_first_direct(const text *scope, const text *message_id, const bytea *pay
 	if (relid != content_relid)
 		return false;
 	rel = table_open(relid, NoLock);
-	if (content_verdict < 0)
-		content_verdict = content_layout_ok(rel, &pkey) ? 1 : 0;
-	else
-		pkey = inbox_primary_key(rel);
-	if (content_verdict != 1 ||
+	if (!direct_layout_content_ok(rel) ||
 		pg_class_aclcheck(relid, GetUserId(), ACL_INSERT) != ACLCHECK_OK)
 	{
 		table_close(rel, NoLock);
@@ -429,10 +355,11 @@ content_first_direct(const text *scope, const text *message_id, const bytea *pay
 	slot->tts_values[3] = TimestampTzGetDatum(now);
 	slot->tts_values[4] = DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(now),
 											  IntervalPGetDatum(within));
-	memset(slot->tts_isnull, false, Natts_content_window * sizeof(bool));
+	memset(slot->tts_isnull, false, CONTENT_WINDOW_NATTS * sizeof(bool));
 	ExecStoreVirtualTuple(slot);
 
-	first = inbox_direct_insert(estate, rri, slot, list_make1_oid(pkey), true, &conflict);
+	first = inbox_direct_insert(estate, rri, slot, list_make1_oid(inbox_primary_key(rel)), true,
+								&conflict);
 
 	ExecDropSingleTupleTableSlot(slot);
 	ExecCloseIndices(rri);
