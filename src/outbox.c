@@ -337,7 +337,8 @@ static SPIPlanPtr send_with_id_plan = NULL;
 /*
  * inbox.outbox_send(topic, key, payload, headers, id), the implementation
  * behind the entry point of the same name, for a jsonb payload or a bytea
- * one (bytes).  The checks are outbox_check's, then one statement.
+ * one (bytes).  A new id: outbox_check's checks, then one statement.  A
+ * caller's id: outbox_write, which makes the same checks.
  */
 static Datum
 outbox_send(FunctionCallInfo fcinfo, bool bytes)
@@ -348,6 +349,7 @@ outbox_send(FunctionCallInfo fcinfo, bool bytes)
 	pg_uuid_t  *id;
 	uint64		n;
 
+	if (PG_ARGISNULL(4))
 	{
 		LOCAL_FCINFO(check, 3);
 
@@ -464,10 +466,15 @@ inbox_outbox_set_cursor(PG_FUNCTION_ARGS)
 
 	if (c == NULL)
 	{
+		/* A free slot, or the oldest target's */
 		c = &cursors[next_cursor];
 		next_cursor = (next_cursor + 1) % MAX_FETCH_CURSORS;
 		if (c->target != NULL)
+		{
 			pfree(c->target);
+			pfree(c->topic);
+			pfree(c->key);
+		}
 		c->target = MemoryContextStrdup(TopMemoryContext, target);
 	}
 	else
