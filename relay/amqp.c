@@ -339,18 +339,7 @@ amqp_target_deliver_batch(RelayTarget *t, const RelayMessage *m, int n, RelayRes
 	free(settled);
 }
 
-static RelayResult
-amqp_target_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
-{
-	RelayResult result;
-	char		errors[1][RELAY_ERROR_SIZE] = {""};
-
-	amqp_target_deliver_batch(t, m, 1, &result, errors, retry_after);
-	memcpy(error, errors[0], RELAY_ERROR_SIZE);
-	return result;
-}
-
-const RelayTransport relay_amqp = {"amqp://", amqp_target_open, amqp_target_deliver,
+const RelayTransport relay_amqp = {"amqp://", amqp_target_open, NULL,
 amqp_target_deliver_batch, amqp_target_close};
-const RelayTransport relay_amqps = {"amqps://", amqp_target_open, amqp_target_deliver,
+const RelayTransport relay_amqps = {"amqps://", amqp_target_open, NULL,
 amqp_target_deliver_batch, amqp_target_close};

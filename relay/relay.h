@@ -53,8 +53,10 @@ typedef struct RelayTarget RelayTarget;
 
 /*
  * Each transport: open(url, secret), where secret is the target's line of
- * the secrets file or NULL; deliver(); close().  open() returns NULL and
- * fills error when the target cannot be reached or the URL is wrong.
+ * the secrets file or NULL; deliver() one message, or deliver_batch() a
+ * batch (one of the two; deliver_batch is used when there is one);
+ * close().  open() returns NULL and fills error when the target cannot
+ * be reached or the URL is wrong.
  */
 typedef struct RelayTransport
 {
@@ -63,9 +65,8 @@ typedef struct RelayTransport
 	RelayResult (*deliver) (RelayTarget *target, const RelayMessage *message,
 							char *error, int *retry_after);
 	/*
-	 * Optional: deliver n messages at once (no two of one key), filling
-	 * one result, error and retry_after each; NULL delivers them one by
-	 * one with deliver().
+	 * Or deliver n messages at once (no two of one key), filling one
+	 * result, error and retry_after each.
 	 */
 	void		(*deliver_batch) (RelayTarget *target, const RelayMessage *messages, int n,
 								  RelayResult *results, char (*errors)[RELAY_ERROR_SIZE],
