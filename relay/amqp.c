@@ -13,10 +13,15 @@
  *
  * The channel is in confirm mode, and a message counts as delivered only
  * once the broker acknowledged it (basic.ack).  A batch (one message per
- * key) is published at once, then every confirmation awaited.  It is published as
- * mandatory: a message no queue would take is returned (basic.return)
- * before its ack, and is retried rather than lost.  A nack is retried; a
- * closed channel or connection reopens the target at the next message.
+ * key) is published at once (start_batch), and its confirmations are
+ * awaited later (finish_batch): the relay publishes the next batch, whose
+ * keys are all others, before it waits for this one's, so that the
+ * broker's writes overlap the database's.  Confirmations carry the
+ * channel's publish sequence, which places each in its batch.  Messages
+ * are published as mandatory: a message no queue would take is returned
+ * (basic.return) before its ack, and is retried rather than lost.  A nack
+ * is retried; a closed channel or connection fails every open batch, and
+ * reopens the target at the next one.
  *
  * amqps:// is the same over TLS, the broker's certificate and host name
  * verified against the CA file of the cacert parameter, Debian's bundle
@@ -38,8 +43,21 @@
 #include "relay.h"
 
 #define CHANNEL 1
-#define CONFIRM_TIMEOUT_SECONDS 30
 #define DEFAULT_CACERT "/etc/ssl/certs/ca-certificates.crt"
+
+/* A batch published and not yet settled: tags first .. first + published - 1 */
+typedef struct OpenBatch
+{
+	const RelayMessage *m;
+	int			n;
+	int			published;
+	int			unsettled;		/* of the published */
+	uint64_t	first;
+	bool	   *returned;
+	bool	   *settled;
+	RelayResult *results;
+	char		(*errors)[RELAY_ERROR_SIZE];
+} OpenBatch;
 
 struct RelayTarget
 {
@@ -47,6 +65,9 @@ struct RelayTarget
 	char	   *exchange;
 	char	   *routing_key;	/* NULL: the message's key */
 	uint64_t	published;		/* the channel's publish sequence */
+	OpenBatch  *open[RELAY_WINDOW]; /* oldest first */
+	int			nopen;
+	const char *broken;			/* why the connection is unusable, or NULL */
 };
 
 static bool
@@ -95,7 +116,7 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	char	   *base = relay_url_without_query(url);
 	RelayTarget *t = calloc(1, sizeof(RelayTarget));
 	amqp_socket_t *socket;
-	struct timeval timeout = {10, 0};
+	struct timeval timeout = {relay_timeout, 0};
 	int			rc;
 
 	t->exchange = relay_url_param(url, "exchange");
@@ -214,132 +235,185 @@ publish(RelayTarget *t, const RelayMessage *m)
 	return rc;
 }
 
+/* Settle the messages of the open batches that a confirmation covers */
+static void
+settle_confirmation(RelayTarget *t, bool ack, uint64_t tag, bool multiple)
+{
+	int			b,
+				i;
+
+	for (b = 0; b < t->nopen; b++)
+	{
+		OpenBatch  *o = t->open[b];
+
+		for (i = 0; i < o->published; i++)
+		{
+			uint64_t	mine = o->first + i;
+
+			if (o->settled[i] || !(mine == tag || (multiple && mine <= tag)))
+				continue;
+			o->settled[i] = true;
+			o->unsettled--;
+			if (ack && !o->returned[i])
+				o->results[i] = RELAY_DELIVERED;
+			else
+			{
+				o->results[i] = RELAY_RETRY;
+				if (ack)
+					snprintf(o->errors[i], RELAY_ERROR_SIZE,
+							 "no queue took the message (exchange \"%s\", routing key \"%s\")",
+							 t->exchange, t->routing_key ? t->routing_key : o->m[i].key);
+				else
+					snprintf(o->errors[i], RELAY_ERROR_SIZE, "the broker refused the message (nack)");
+			}
+		}
+	}
+}
+
+/* A returned message: it carries no delivery tag, so find it by its id */
+static void
+note_return(RelayTarget *t, const amqp_message_t *message)
+{
+	int			b,
+				i;
+
+	if (!(message->properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG))
+		return;
+	for (b = 0; b < t->nopen; b++)
+		for (i = 0; i < t->open[b]->published; i++)
+		{
+			const char *id = t->open[b]->m[i].id;
+
+			if (message->properties.message_id.len == strlen(id) &&
+				memcmp(message->properties.message_id.bytes, id, strlen(id)) == 0)
+				t->open[b]->returned[i] = true;
+		}
+}
+
 /*
- * Publish a batch, then wait for the broker's confirmation of each: ack,
- * nack, or a return (no queue took it) before its ack.  The messages are
- * of distinct keys, so their order among themselves does not matter.
+ * Publish a batch, all of it at once; its outcomes stay RELAY_DOWN until
+ * finish_batch settles them.  At most RELAY_WINDOW batches are open.
  */
 static void
-amqp_target_deliver_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
-						  char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+amqp_target_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
+						char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
 {
-	uint64_t	first = t->published + 1;
-	bool	   *returned = calloc(n, sizeof(bool));
-	bool	   *settled = calloc(n, sizeof(bool));
-	int			published = 0,
-				open_count,
-				i,
+	OpenBatch  *o = calloc(1, sizeof(OpenBatch));
+	int			i,
 				rc;
-	struct timeval deadline,
-				now;
 
+	o->m = m;
+	o->n = n;
+	o->first = t->published + 1;
+	o->returned = calloc(n, sizeof(bool));
+	o->settled = calloc(n, sizeof(bool));
+	o->results = results;
+	o->errors = errors;
 	for (i = 0; i < n; i++)
+		results[i] = RELAY_DOWN;
+	for (i = 0; i < n && t->broken == NULL; i++)
 	{
 		rc = publish(t, &m[i]);
 		if (rc != AMQP_STATUS_OK)
 		{
 			snprintf(errors[i], RELAY_ERROR_SIZE, "publish: %s", amqp_error_string2(rc));
+			t->broken = "a publish failed";
 			break;
 		}
 		t->published++;
-		published++;
+		o->published++;
 	}
-	/* Unpublished, or unconfirmed at the end: down, to be opened again */
-	for (i = 0; i < n; i++)
-		results[i] = RELAY_DOWN;
-	open_count = published;
+	o->unsettled = o->published;
+	t->open[t->nopen++] = o;
+}
+
+/*
+ * Wait for the confirmations of the oldest open batch, noting those of
+ * later ones that arrive meanwhile.  What is unconfirmed at the end (the
+ * connection broke, or no answer in time) stays RELAY_DOWN.
+ */
+static void
+amqp_target_finish_batch(RelayTarget *t)
+{
+	OpenBatch  *o = t->open[0];
+	struct timeval deadline,
+				now;
+	int			i,
+				rc;
 
 	gettimeofday(&deadline, NULL);
-	deadline.tv_sec += CONFIRM_TIMEOUT_SECONDS;
-	while (open_count > 0)
+	deadline.tv_sec += relay_timeout;
+	while (o->unsettled > 0 && t->broken == NULL)
 	{
 		amqp_frame_t frame;
 		struct timeval left;
-		const char *why = NULL;
 
 		gettimeofday(&now, NULL);
 		timersub(&deadline, &now, &left);
 		if (left.tv_sec < 0)
-			why = "no confirmation from the broker in time";
-		else
 		{
-			amqp_maybe_release_buffers(t->conn);
-			rc = amqp_simple_wait_frame_noblock(t->conn, &frame, &left);
-			if (rc == AMQP_STATUS_TIMEOUT || (rc == AMQP_STATUS_OK && frame.frame_type != AMQP_FRAME_METHOD))
-				continue;
-			if (rc != AMQP_STATUS_OK)
-				why = amqp_error_string2(rc);
-			else if (frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD)
-				why = "the broker closed the channel";
-			else if (frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD)
-				why = "the broker closed the connection";
+			t->broken = "no confirmation from the broker in time";
+			break;
 		}
-		if (why != NULL)
+		amqp_maybe_release_buffers(t->conn);
+		rc = amqp_simple_wait_frame_noblock(t->conn, &frame, &left);
+		if (rc == AMQP_STATUS_TIMEOUT || (rc == AMQP_STATUS_OK && frame.frame_type != AMQP_FRAME_METHOD))
+			continue;
+		if (rc != AMQP_STATUS_OK)
 		{
-			for (i = 0; i < published; i++)
-				if (!settled[i])
-					snprintf(errors[i], RELAY_ERROR_SIZE, "waiting for the confirmation: %s", why);
+			t->broken = amqp_error_string2(rc);
 			break;
 		}
 		switch (frame.payload.method.id)
 		{
+			case AMQP_CHANNEL_CLOSE_METHOD:
+				t->broken = "the broker closed the channel";
+				break;
+			case AMQP_CONNECTION_CLOSE_METHOD:
+				t->broken = "the broker closed the connection";
+				break;
 			case AMQP_BASIC_ACK_METHOD:
+				{
+					amqp_basic_ack_t *a = frame.payload.method.decoded;
+
+					settle_confirmation(t, true, a->delivery_tag, a->multiple);
+					break;
+				}
 			case AMQP_BASIC_NACK_METHOD:
 				{
-					bool		ack = frame.payload.method.id == AMQP_BASIC_ACK_METHOD;
-					uint64_t	tag = ack ? ((amqp_basic_ack_t *) frame.payload.method.decoded)->delivery_tag
-					: ((amqp_basic_nack_t *) frame.payload.method.decoded)->delivery_tag;
-					bool		multiple = ack ? ((amqp_basic_ack_t *) frame.payload.method.decoded)->multiple
-					: ((amqp_basic_nack_t *) frame.payload.method.decoded)->multiple;
+					amqp_basic_nack_t *a = frame.payload.method.decoded;
 
-					for (i = 0; i < published; i++)
-					{
-						uint64_t	mine = first + i;
-
-						if (settled[i] || !(mine == tag || (multiple && mine <= tag)))
-							continue;
-						settled[i] = true;
-						open_count--;
-						if (ack && !returned[i])
-							results[i] = RELAY_DELIVERED;
-						else
-						{
-							results[i] = RELAY_RETRY;
-							if (ack)
-								snprintf(errors[i], RELAY_ERROR_SIZE,
-										 "no queue took the message (exchange \"%s\", routing key \"%s\")",
-										 t->exchange, t->routing_key ? t->routing_key : m[i].key);
-							else
-								snprintf(errors[i], RELAY_ERROR_SIZE, "the broker refused the message (nack)");
-						}
-					}
+					settle_confirmation(t, false, a->delivery_tag, a->multiple);
 					break;
 				}
 			case AMQP_BASIC_RETURN_METHOD:
 				{
 					amqp_message_t message;
 
-					if (amqp_read_message(t->conn, frame.channel, &message, 0).reply_type !=
+					if (amqp_read_message(t->conn, frame.channel, &message, 0).reply_type ==
 						AMQP_RESPONSE_NORMAL)
-						break;
-					/* A return carries no delivery tag: find it by its id */
-					for (i = 0; i < published; i++)
-						if ((message.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) &&
-							message.properties.message_id.len == strlen(m[i].id) &&
-							memcmp(message.properties.message_id.bytes, m[i].id, strlen(m[i].id)) == 0)
-							returned[i] = true;
-					amqp_destroy_message(&message);
+					{
+						note_return(t, &message);
+						amqp_destroy_message(&message);
+					}
 					break;
 				}
 			default:
 				break;
 		}
 	}
-	free(returned);
-	free(settled);
+	if (t->broken != NULL)
+		for (i = 0; i < o->n; i++)
+			if (!o->settled[i] && o->errors[i][0] == '\0')
+				snprintf(o->errors[i], RELAY_ERROR_SIZE, "waiting for the confirmation: %s", t->broken);
+	free(o->returned);
+	free(o->settled);
+	free(o);
+	t->nopen--;
+	memmove(&t->open[0], &t->open[1], t->nopen * sizeof(OpenBatch *));
 }
 
 const RelayTransport relay_amqp = {"amqp://", amqp_target_open, NULL,
-amqp_target_deliver_batch, amqp_target_close};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close};
 const RelayTransport relay_amqps = {"amqps://", amqp_target_open, NULL,
-amqp_target_deliver_batch, amqp_target_close};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close};

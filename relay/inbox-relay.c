@@ -10,19 +10,23 @@
  * message per key, and makes a key's next message fetchable only after
  * outbox_ack.  So a relay that sends a fetched batch (together, since
  * no two of its messages share a key) and acknowledges each message only
- * after its target confirmed it, keeps every key's commit order; several relays may run at once, since a lease
- * is held by one fetch at a time; and a relay that dies leaves its leased
- * messages to the next fetch after the lease, to be delivered again under
- * the same id (at least once; the id makes the copy harmless downstream).
+ * after its target confirmed it, keeps every key's commit order; several
+ * relays may run at once, since a lease is held by one fetch at a time;
+ * and a relay that dies leaves its leased messages to the next fetch
+ * after the lease, to be delivered again under the same id (at least
+ * once; the id makes the copy harmless downstream).  A target that has
+ * not answered within --timeout, shorter than the lease, is given up on
+ * before another relay could take the message.
  *
  * One process per target: the parent reads the targets (outbox_targets(),
  * or those named by --target), starts a child for each, starts a child
  * again when it dies, and reads the targets again every --refresh
  * seconds.  A child waits for work in outbox_fetch with a wait, which the
  * commit of a send to its target wakes: no fixed sleep, and no NOTIFY.
- * A child whose database connection breaks connects again with the same
- * conninfo, so a multi-host conninfo with target_session_attrs=read-write
- * follows a failover.
+ * A child holds two database connections, one that fetches and one that
+ * records outcomes (see deliver_target); either one that breaks connects
+ * again with the same conninfo, so a multi-host conninfo with
+ * target_session_attrs=read-write follows a failover.
  *
  * Secrets never sit in the database: the routes hold no password, and the
  * relay reads them from its secrets file (--secrets), one line per target,
@@ -64,6 +68,7 @@ static const char *only_targets[MAX_TARGETS];
 static int	nonly_targets;
 static int	batch = 100;
 static int	lease_seconds = 30;
+int			relay_timeout = 0;	/* 0: the default, see main() */
 static int	wait_seconds = 10;
 static int	refresh_seconds = 30;
 static bool once;
@@ -265,88 +270,358 @@ read_headers(PGconn *conn, const char *headers, RelayMessage *m, PGresult **res)
 	return 0;
 }
 
+#define FETCH_SQL \
+	"SELECT f.id, f.topic, f.key, f.position, f.payload, f.payload_bytes, f.headers, f.receipt " \
+	"FROM outbox_fetch($1, $2::integer, $3::interval, $4::interval) AS f"
+
+/* A fetched batch, and what became of each of its messages */
+typedef struct Batch
+{
+	PGresult   *res;			/* outbox_fetch's rows, which m points into */
+	int			n;
+	RelayMessage *m;
+	RelayResult *results;
+	char		(*errors)[RELAY_ERROR_SIZE];
+	int		   *retry_after;
+	PGresult  **headers;
+	unsigned char **bytes;
+	bool		readable;		/* every message's headers could be read */
+} Batch;
+
+static Batch *
+batch_read(PGconn *conn, PGresult *res)
+{
+	Batch	   *b = calloc(1, sizeof(Batch));
+	int			n = PQntuples(res),
+				i;
+
+	b->res = res;
+	b->n = n;
+	b->m = calloc(n, sizeof(RelayMessage));
+	b->results = calloc(n, sizeof(RelayResult));
+	b->errors = calloc(n, RELAY_ERROR_SIZE);
+	b->retry_after = calloc(n, sizeof(int));
+	b->headers = calloc(n, sizeof(PGresult *));
+	b->bytes = calloc(n, sizeof(unsigned char *));
+	b->readable = true;
+	for (i = 0; i < n; i++)
+	{
+		RelayMessage *m = &b->m[i];
+
+		m->id = PQgetvalue(res, i, 0);
+		m->topic = PQgetvalue(res, i, 1);
+		m->key = PQgetvalue(res, i, 2);
+		m->position = PQgetvalue(res, i, 3);
+		if (!PQgetisnull(res, i, 4))
+		{
+			m->body = PQgetvalue(res, i, 4);
+			m->body_len = PQgetlength(res, i, 4);
+		}
+		else
+		{
+			b->bytes[i] = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 5),
+										  &m->body_len);
+			m->body = (const char *) b->bytes[i];
+			m->binary = true;
+		}
+		if (!PQgetisnull(res, i, 6) &&
+			read_headers(conn, PQgetvalue(res, i, 6), m, &b->headers[i]) != 0)
+		{
+			relay_log("reading a message's headers failed: %s", PQerrorMessage(conn));
+			b->readable = false;
+		}
+		b->retry_after[i] = -1;
+	}
+	if (!b->readable)
+		for (i = 0; i < n; i++)
+		{
+			b->results[i] = RELAY_RETRY;
+			snprintf(b->errors[i], RELAY_ERROR_SIZE, "the relay could not read the headers");
+		}
+	return b;
+}
+
+static void
+batch_free(Batch *b)
+{
+	int			i;
+
+	for (i = 0; i < b->n; i++)
+	{
+		free((void *) b->m[i].header_names);
+		free((void *) b->m[i].header_values);
+		PQclear(b->headers[i]);
+		if (b->bytes[i])
+			PQfreemem(b->bytes[i]);
+	}
+	PQclear(b->res);
+	free(b->m);
+	free(b->results);
+	free(b->errors);
+	free(b->retry_after);
+	free(b->headers);
+	free(b->bytes);
+	free(b);
+}
+
+/* The state of a target and of its database connection, for one child */
+typedef struct Relay
+{
+	const char *target;
+	const RelayTransport *transport;
+	RelayTarget *open;			/* NULL until opened, or after it went down */
+	PGconn	   *conn;
+	int			target_state;	/* -1 unknown, 0 unreachable, 1 reachable */
+	Batch	   *window[RELAY_WINDOW];	/* started, not finished: oldest first */
+	int			nwindow;
+	PGconn	   *ack_conn;		/* where outcomes are recorded */
+	int			acks_sent;		/* in an outbox_ack_many not yet answered */
+} Relay;
+
 /*
- * Record the outcomes of a batch: the delivered messages acknowledged in
- * one statement, each other one failed with its error.  False when the
- * connection broke.
+ * Outcomes are recorded over a connection of their own, and the relay does
+ * not wait for the answer of an outbox_ack_many before it fetches again:
+ * the fetch and the acknowledgement run side by side.  A fetch that runs
+ * before an acknowledgement commits finds that batch's keys still leased
+ * and passes over them; they are fetchable once it commits.
  */
 static bool
-settle_batch(PGconn *conn, PGresult *fetched, int n, const RelayResult *results,
-			 char (*errors)[RELAY_ERROR_SIZE], const int *retry_after, const RelayMessage *m)
+ack_connect(Relay *r)
 {
-	char	   *receipts = malloc((size_t) n * 40 + 3);	/* {uuid,uuid,...} */
-	size_t		len = 0;
+	if (r->ack_conn == NULL)
+		r->ack_conn = connect_db();
+	return r->ack_conn != NULL;
+}
+
+static void
+ack_drop(Relay *r)
+{
+	PQfinish(r->ack_conn);
+	r->ack_conn = NULL;
+	r->acks_sent = 0;
+}
+
+/* Wait for the answer to the outbox_ack_many in flight, if one is */
+static void
+ack_collect(Relay *r)
+{
 	PGresult   *res;
-	bool		ok = true;
+	bool		ok = false;
+
+	if (r->acks_sent == 0)
+		return;
+	while ((res = PQgetResult(r->ack_conn)) != NULL)
+	{
+		if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		{
+			ok = true;
+			if (atoi(PQgetvalue(res, 0, 0)) != r->acks_sent)
+				relay_log("%d delivered message(s) had run out of lease: another relay delivers them "
+						  "again under the same id", r->acks_sent - atoi(PQgetvalue(res, 0, 0)));
+		}
+		else
+			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(r->ack_conn));
+		PQclear(res);
+	}
+	r->acks_sent = 0;
+	if (!ok && PQstatus(r->ack_conn) != CONNECTION_OK)
+		ack_drop(r);
+}
+
+/*
+ * Record the outcomes of a batch: each failed message with outbox_fail,
+ * then the delivered ones with one outbox_ack_many, sent without waiting.
+ * What cannot be recorded (the connection broke) is left to its lease:
+ * when it runs out, the message is fetched and delivered again under the
+ * same id.
+ */
+static void
+record_outcomes(Relay *r, Batch *b)
+{
+	char	   *receipts;
+	size_t		len = 0;
 	int			i,
 				delivered = 0;
 
+	if (!ack_connect(r))
+		return;
+	ack_collect(r);
+	for (i = 0; i < b->n && r->ack_conn != NULL; i++)
+	{
+		char		after[32];
+		const char *params[3] = {PQgetvalue(b->res, i, 7), b->errors[i], NULL};
+		PGresult   *res;
+
+		if (b->results[i] == RELAY_DELIVERED)
+			continue;
+		relay_log("message %s (key \"%s\", position %s) not delivered: %s",
+				  b->m[i].id, b->m[i].key, b->m[i].position, b->errors[i]);
+		if (b->retry_after[i] >= 0)
+		{
+			snprintf(after, sizeof(after), "%d seconds", b->retry_after[i]);
+			params[2] = after;
+		}
+		res = PQexecParams(r->ack_conn, "SELECT outbox_fail($1::uuid, $2, $3::interval)", 3, NULL,
+						   params, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			relay_log("recording a failed delivery failed: %s", PQerrorMessage(r->ack_conn));
+			if (PQstatus(r->ack_conn) != CONNECTION_OK)
+				ack_drop(r);
+		}
+		else if (strcmp(PQgetvalue(res, 0, 0), "dead") == 0)
+			relay_log("message %s is dead after its last attempt", b->m[i].id);
+		PQclear(res);
+	}
+	if (r->ack_conn == NULL)
+		return;
+
+	receipts = malloc((size_t) b->n * 40 + 3);	/* {uuid,uuid,...} */
 	receipts[len++] = '{';
-	for (i = 0; i < n; i++)
-		if (results[i] == RELAY_DELIVERED)
+	for (i = 0; i < b->n; i++)
+		if (b->results[i] == RELAY_DELIVERED)
 			len += snprintf(receipts + len, 40, "%s%.36s", delivered++ ? "," : "",
-							PQgetvalue(fetched, i, 7));
+							PQgetvalue(b->res, i, 7));
 	receipts[len++] = '}';
 	receipts[len] = '\0';
 	if (delivered > 0)
 	{
 		const char *params[1] = {receipts};
 
-		res = PQexecParams(conn, "SELECT outbox_ack_many($1::uuid[])", 1, NULL, params, NULL, NULL, 0);
-		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-		if (ok && atoi(PQgetvalue(res, 0, 0)) != delivered)
-			relay_log("%d delivered message(s) had run out of lease: another relay delivers them "
-					  "again under the same id", delivered - atoi(PQgetvalue(res, 0, 0)));
-		if (!ok)
-			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(conn));
-		PQclear(res);
+		if (PQsendQueryParams(r->ack_conn, "SELECT outbox_ack_many($1::uuid[])", 1, NULL, params,
+							  NULL, NULL, 0) == 1)
+			r->acks_sent = delivered;
+		else
+		{
+			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(r->ack_conn));
+			ack_drop(r);
+		}
 	}
 	free(receipts);
+}
 
-	for (i = 0; i < n && ok; i++)
+/* Open the target if it is not, or say why not in every error of b */
+static bool
+target_open(Relay *r, Batch *b)
+{
+	int			i;
+
+	if (r->open == NULL)
 	{
-		char		after[32];
-		const char *params[3] = {PQgetvalue(fetched, i, 7), errors[i], NULL};
+		char	   *secret = secret_for(r->target);
 
-		if (results[i] == RELAY_DELIVERED)
-			continue;
-		relay_log("message %s (key \"%s\", position %s) not delivered: %s",
-				  m[i].id, m[i].key, m[i].position, errors[i]);
-		if (retry_after[i] >= 0)
-		{
-			snprintf(after, sizeof(after), "%d seconds", retry_after[i]);
-			params[2] = after;
-		}
-		res = PQexecParams(conn, "SELECT outbox_fail($1::uuid, $2, $3::interval)", 3, NULL, params,
-						   NULL, NULL, 0);
-		ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-		if (ok && strcmp(PQgetvalue(res, 0, 0), "dead") == 0)
-			relay_log("message %s is dead after its last attempt", m[i].id);
-		if (!ok)
-			relay_log("recording a failed delivery failed: %s", PQerrorMessage(conn));
-		PQclear(res);
+		r->open = r->transport->open(r->target, secret, b->errors[0]);
+		free(secret);
+		for (i = 1; r->open == NULL && i < b->n; i++)
+			memcpy(b->errors[i], b->errors[0], RELAY_ERROR_SIZE);
 	}
-	return ok;
+	if (r->open == NULL)
+		for (i = 0; i < b->n; i++)
+			b->results[i] = RELAY_DOWN;
+	return r->open != NULL;
+}
+
+/*
+ * Log the target's changes of state, and record the outcomes of a batch;
+ * then free it.
+ */
+static void
+batch_settle(Relay *r, Batch *b)
+{
+	int			i;
+
+	for (i = 1; i < b->n; i++)
+		if (b->results[i] == RELAY_DOWN && b->errors[i][0] == '\0')
+			memcpy(b->errors[i], b->errors[i - 1], RELAY_ERROR_SIZE);
+	for (i = 0; i < b->n; i++)
+		if ((b->results[i] == RELAY_DOWN ? 0 : 1) != r->target_state)
+		{
+			r->target_state = b->results[i] == RELAY_DOWN ? 0 : 1;
+			if (r->target_state == 1)
+				relay_log("the target is reachable");
+			else
+				relay_log("the target is unreachable: %s", b->errors[i]);
+		}
+	record_outcomes(r, b);
+	batch_free(b);
+}
+
+/*
+ * Finish and settle the oldest started batch.  When the target went down
+ * in it, every later started batch went down with it: those are finished
+ * and settled too, and the target is closed, to be opened again.
+ */
+static void
+window_finish_oldest(Relay *r)
+{
+	Batch	   *b = r->window[0];
+	bool		down;
+
+	r->transport->finish_batch(r->open);
+	r->nwindow--;
+	memmove(&r->window[0], &r->window[1], r->nwindow * sizeof(Batch *));
+	down = b->results[b->n - 1] == RELAY_DOWN;
+	batch_settle(r, b);
+	if (down)
+	{
+		while (r->nwindow > 0)
+			window_finish_oldest(r);
+		r->transport->close(r->open);
+		r->open = NULL;
+	}
+}
+
+/*
+ * Deliver a batch: started, to be finished later, by a transport that
+ * splits the two; else one message after another, and settled at once.
+ */
+static void
+batch_deliver(Relay *r, Batch *b)
+{
+	int			i;
+
+	if (b->readable && target_open(r, b))
+	{
+		if (r->transport->start_batch != NULL)
+		{
+			r->transport->start_batch(r->open, b->m, b->n, b->results, b->errors, b->retry_after);
+			r->window[r->nwindow++] = b;
+			return;
+		}
+		for (i = 0; i < b->n; i++)
+			b->results[i] = (i > 0 && b->results[i - 1] == RELAY_DOWN) ? RELAY_DOWN :
+				r->transport->deliver(r->open, &b->m[i], b->errors[i], &b->retry_after[i]);
+		if (b->results[b->n - 1] == RELAY_DOWN)
+		{
+			r->transport->close(r->open);
+			r->open = NULL;
+		}
+	}
+	batch_settle(r, b);
 }
 
 /*
  * Deliver the messages of target until stopped (or, with --once, until
  * none is pending).  Returns the exit status of the child.
+ *
+ * A batch holds at most one message per key, and a key's next message is
+ * fetched only after this one is acknowledged: so the messages of a batch
+ * may be sent together, and the next batch, which holds other keys only,
+ * may be fetched and started while this one waits for its confirmations.
+ * The database's work (fetch, acknowledge) overlaps the target's, and each
+ * message is still acknowledged only once its target confirmed it.
  */
 static int
 deliver_target(const char *target)
 {
-	const RelayTransport *transport = transport_for(target);
-	RelayTarget *open = NULL;
-	PGconn	   *conn = NULL;
-	int			target_state = -1;	/* unknown, 0 unreachable, 1 reachable */
+	Relay		r = {target, transport_for(target), NULL, NULL, -1, {NULL}, 0, NULL, 0};
 	char		batch_s[16],
 				lease_s[32],
 				wait_s[32];
 	int			status = 0;
 
 	snprintf(log_prefix, sizeof(log_prefix), "inbox-relay %s", target);
-	if (transport == NULL)
+	if (r.transport == NULL)
 	{
 		relay_log("no transport for this target: amqp://, amqps://, http://, https:// and postgresql:// are known");
 		return 2;
@@ -355,185 +630,99 @@ deliver_target(const char *target)
 	snprintf(lease_s, sizeof(lease_s), "%d seconds", lease_seconds);
 	snprintf(wait_s, sizeof(wait_s), "%d seconds", wait_seconds);
 
-	while (!stopping)
+	while (!stopping || r.nwindow > 0)
 	{
-		const char *params[4] = {target, batch_s, lease_s, once ? NULL : wait_s};
-		PGresult   *res;
+		/* Wait for a commit only with nothing in flight */
+		const char *params[4] = {target, batch_s, lease_s,
+		(once || r.nwindow > 0) ? NULL : wait_s};
+		PGresult   *res = NULL;
 		PGcancel   *cancel;
-		int			i,
-					n;
+		bool		was_idle = r.nwindow == 0;
+		bool		stop = false;
 
-		if (conn == NULL)
+		/* Nothing in flight: what was acknowledged is fetchable first */
+		if (was_idle)
+			ack_collect(&r);
+
+		if (r.conn == NULL && !stopping)
 		{
-			if ((conn = connect_db()) == NULL)
+			if ((r.conn = connect_db()) == NULL)
 			{
 				status = 1;
 				break;
 			}
 			relay_log("connected to the database; delivering");
 		}
-		cancel = PQgetCancel(conn);
-		fetch_cancel = cancel;
-		res = stopping ? NULL :
-			PQexecParams(conn,
-						 "SELECT f.id, f.topic, f.key, f.position, f.payload, f.payload_bytes, f.headers, f.receipt "
-						 "FROM outbox_fetch($1, $2::integer, $3::interval, $4::interval) AS f",
-						 4, NULL, params, NULL, NULL, 0);
-		fetch_cancel = NULL;
-		PQfreeCancel(cancel);
-		/* Stopped while waiting; a batch already leased is still delivered */
-		if (stopping && PQresultStatus(res) != PGRES_TUPLES_OK)
+		if (!stopping && r.conn != NULL)
 		{
-			PQclear(res);
-			break;
-		}
-		if (PQresultStatus(res) != PGRES_TUPLES_OK)
-		{
-			if (strcmp(sqlstate(res), "42704") == 0)
+			cancel = PQgetCancel(r.conn);
+			fetch_cancel = cancel;
+			res = PQexecParams(r.conn, FETCH_SQL, 4, NULL, params, NULL, NULL, 0);
+			fetch_cancel = NULL;
+			PQfreeCancel(cancel);
+			if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			{
-				relay_log("the target has no route any more: stopping");
+				/* Stopped while waiting: only the batches in flight remain */
+				if (!stopping)
+				{
+					if (strcmp(sqlstate(res), "42704") == 0)
+					{
+						relay_log("the target has no route any more: stopping");
+						stop = true;
+					}
+					else
+					{
+						relay_log("outbox_fetch failed: %s", PQerrorMessage(r.conn));
+						if (PQstatus(r.conn) != CONNECTION_OK)
+						{
+							PQfinish(r.conn);
+							r.conn = NULL;
+						}
+						if (once)
+						{
+							status = 1;
+							stop = true;
+						}
+						else if (r.nwindow == 0)
+							sleep(1);
+					}
+				}
 				PQclear(res);
-				break;
+				res = NULL;
 			}
-			relay_log("outbox_fetch failed: %s", PQerrorMessage(conn));
-			PQclear(res);
-			if (PQstatus(conn) != CONNECTION_OK)
+			else if (PQntuples(res) == 0)
 			{
-				PQfinish(conn);
-				conn = NULL;
+				PQclear(res);
+				res = NULL;
 			}
-			if (once)
-			{
-				status = 1;
-				break;
-			}
-			sleep(1);
-			continue;
 		}
-		n = PQntuples(res);
-		if (n == 0 && once)
+		if (res != NULL)
+			batch_deliver(&r, batch_read(r.conn, res));
+		else if (stop || (once && was_idle))
 		{
-			PQclear(res);
+			while (r.nwindow > 0)
+				window_finish_oldest(&r);
 			break;
 		}
 
 		/*
-		 * The batch holds at most one message per key, and a key's next
-		 * message is fetched only after this one is acknowledged: the
-		 * messages of a batch may be sent together (deliver_batch
-		 * pipelines them and waits for every confirmation), and each is
-		 * acknowledged only once its target confirmed it.
+		 * Finish the oldest batch when the window is full, or when nothing
+		 * new was started (nothing fetched, or stopping): then its keys'
+		 * next messages become fetchable.
 		 */
-		if (n > 0)
-		{
-			RelayMessage *m = calloc(n, sizeof(RelayMessage));
-			RelayResult *results = calloc(n, sizeof(RelayResult));
-			char	  (*errors)[RELAY_ERROR_SIZE] = calloc(n, RELAY_ERROR_SIZE);
-			int		   *retry_after = calloc(n, sizeof(int));
-			PGresult  **headers = calloc(n, sizeof(PGresult *));
-			unsigned char **bytes = calloc(n, sizeof(unsigned char *));
-			bool		readable = true;
-
-			for (i = 0; i < n; i++)
-			{
-				m[i].id = PQgetvalue(res, i, 0);
-				m[i].topic = PQgetvalue(res, i, 1);
-				m[i].key = PQgetvalue(res, i, 2);
-				m[i].position = PQgetvalue(res, i, 3);
-				if (!PQgetisnull(res, i, 4))
-				{
-					m[i].body = PQgetvalue(res, i, 4);
-					m[i].body_len = PQgetlength(res, i, 4);
-				}
-				else
-				{
-					bytes[i] = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 5),
-											   &m[i].body_len);
-					m[i].body = (const char *) bytes[i];
-					m[i].binary = true;
-				}
-				if (!PQgetisnull(res, i, 6) &&
-					read_headers(conn, PQgetvalue(res, i, 6), &m[i], &headers[i]) != 0)
-				{
-					relay_log("reading a message's headers failed: %s", PQerrorMessage(conn));
-					readable = false;
-				}
-				retry_after[i] = -1;
-			}
-			if (!readable)
-				for (i = 0; i < n; i++)
-				{
-					results[i] = RELAY_RETRY;
-					snprintf(errors[i], RELAY_ERROR_SIZE, "the relay could not read the headers");
-				}
-			else
-			{
-				if (open == NULL)
-				{
-					char	   *secret = secret_for(target);
-
-					open = transport->open(target, secret, errors[0]);
-					free(secret);
-					for (i = 1; open == NULL && i < n; i++)
-						memcpy(errors[i], errors[0], RELAY_ERROR_SIZE);
-				}
-				if (open == NULL)
-					for (i = 0; i < n; i++)
-						results[i] = RELAY_DOWN;
-				else if (transport->deliver_batch != NULL)
-					transport->deliver_batch(open, m, n, results, errors, retry_after);
-				else
-					for (i = 0; i < n; i++)
-						results[i] = (i > 0 && results[i - 1] == RELAY_DOWN) ? RELAY_DOWN :
-							transport->deliver(open, &m[i], errors[i], &retry_after[i]);
-			}
-			for (i = 0; i < n; i++)
-				if (results[i] == RELAY_DOWN && i > 0 && errors[i][0] == '\0')
-					memcpy(errors[i], errors[i - 1], RELAY_ERROR_SIZE);
-			if (open != NULL && results[n - 1] == RELAY_DOWN)
-			{
-				transport->close(open);
-				open = NULL;
-			}
-
-			/* One line per change of the target's state */
-			for (i = 0; i < n; i++)
-				if ((results[i] == RELAY_DOWN ? 0 : 1) != target_state)
-				{
-					target_state = results[i] == RELAY_DOWN ? 0 : 1;
-					if (target_state == 1)
-						relay_log("the target is reachable");
-					else
-						relay_log("the target is unreachable: %s", errors[i]);
-				}
-
-			if (!settle_batch(conn, res, n, results, errors, retry_after, m) &&
-				PQstatus(conn) != CONNECTION_OK)
-			{
-				PQfinish(conn);
-				conn = NULL;
-			}
-			for (i = 0; i < n; i++)
-			{
-				free((void *) m[i].header_names);
-				free((void *) m[i].header_values);
-				PQclear(headers[i]);
-				if (bytes[i])
-					PQfreemem(bytes[i]);
-			}
-			free(m);
-			free(results);
-			free(errors);
-			free(retry_after);
-			free(headers);
-			free(bytes);
-		}
-		PQclear(res);
+		while (r.nwindow > 0 &&
+			   (r.nwindow == RELAY_WINDOW || res == NULL || stopping))
+			window_finish_oldest(&r);
 	}
-	if (open != NULL)
-		transport->close(open);
-	if (conn != NULL)
-		PQfinish(conn);
+	while (r.nwindow > 0)
+		window_finish_oldest(&r);
+	ack_collect(&r);
+	if (r.ack_conn != NULL)
+		PQfinish(r.ack_conn);
+	if (r.open != NULL)
+		r.transport->close(r.open);
+	if (r.conn != NULL)
+		PQfinish(r.conn);
 	if (stopping)
 		relay_log("stopped");
 	return status;
@@ -580,6 +769,8 @@ usage(void)
 		   "  --secrets=FILE      the targets' secrets, one \"TARGET SECRET\" per line, mode 600\n"
 		   "  --batch=N           messages per fetch, at most one per key (default 100)\n"
 		   "  --lease=SECONDS     how long a fetched message is the relay's (default 30)\n"
+		   "  --timeout=SECONDS   how long a target may take to confirm a message; shorter\n"
+		   "                      than the lease (default 30, or the lease less 1 second)\n"
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
 		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
 		   "  --once              deliver what is pending, then exit\n"
@@ -611,6 +802,7 @@ main(int argc, char **argv)
 		{"secrets", required_argument, NULL, 's'},
 		{"batch", required_argument, NULL, 'b'},
 		{"lease", required_argument, NULL, 'l'},
+		{"timeout", required_argument, NULL, 'T'},
 		{"wait", required_argument, NULL, 'w'},
 		{"refresh", required_argument, NULL, 'r'},
 		{"once", no_argument, NULL, 'o'},
@@ -647,6 +839,9 @@ main(int argc, char **argv)
 			case 'l':
 				lease_seconds = int_option("lease", optarg, 1, 86400);
 				break;
+			case 'T':
+				relay_timeout = int_option("timeout", optarg, 1, 86400);
+				break;
 			case 'w':
 				wait_seconds = int_option("wait", optarg, 1, 60);
 				break;
@@ -663,6 +858,18 @@ main(int argc, char **argv)
 				fprintf(stderr, "Try \"inbox-relay --help\".\n");
 				return 2;
 		}
+	}
+	/*
+	 * A message whose target has not answered when its lease runs out may
+	 * be fetched and delivered by another relay meanwhile: give up first.
+	 */
+	if (relay_timeout == 0)
+		relay_timeout = lease_seconds > 30 ? 30 : (lease_seconds > 1 ? lease_seconds - 1 : 1);
+	else if (relay_timeout >= lease_seconds)
+	{
+		fprintf(stderr, "inbox-relay: --timeout (%d) must be shorter than --lease (%d)\n",
+				relay_timeout, lease_seconds);
+		return 2;
 	}
 	if (optind != argc - 1)
 	{

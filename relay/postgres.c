@@ -65,8 +65,10 @@ pg_open(const char *url, const char *secret, char *error)
 {
 	char	   *scope = relay_url_param(url, "scope");
 	char	   *dsn;
-	const char *keywords[4] = {"dbname", "application_name", NULL, NULL};
-	const char *values[4];
+	const char *keywords[6] = {"dbname", "application_name", "connect_timeout", "options", NULL, NULL};
+	const char *values[6];
+	char		timeout[32],
+				options[64];
 	PGconn	   *conn;
 	RelayTarget *t;
 
@@ -77,14 +79,18 @@ pg_open(const char *url, const char *secret, char *error)
 		return NULL;
 	}
 	dsn = without_scope(url);
+	snprintf(timeout, sizeof(timeout), "%d", relay_timeout);
+	snprintf(options, sizeof(options), "-c statement_timeout=%ds", relay_timeout);
 	values[0] = dsn;
 	values[1] = "inbox-relay";
+	values[2] = timeout;
+	values[3] = options;
 	if (secret != NULL)
 	{
-		keywords[2] = "password";
-		values[2] = secret;
+		keywords[4] = "password";
+		values[4] = secret;
 	}
-	values[3] = NULL;
+	values[5] = NULL;
 	conn = PQconnectdbParams(keywords, values, 1);
 	free(dsn);
 	if (PQstatus(conn) != CONNECTION_OK)
@@ -142,5 +148,5 @@ pg_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_deliver, NULL, pg_close};
-const RelayTransport relay_postgres = {"postgres://", pg_open, pg_deliver, NULL, pg_close};
+const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_deliver, NULL, NULL, pg_close};
+const RelayTransport relay_postgres = {"postgres://", pg_open, pg_deliver, NULL, NULL, pg_close};

@@ -4,12 +4,15 @@
  *	  inbox-relay: what the loop (inbox-relay.c) shares with the
  *	  transports, one per kind of target (amqp.c, webhook.c, postgres.c).
  *
- * A transport opens a target once, delivers messages to it (one at a time,
- * or a batch together when it can pipeline them, a batch never holding
- * two messages of one key), and answers for each only once the target
- * confirmed it or refused it:
- * the loop acknowledges a message to the database after
- * RELAY_DELIVERED, never before.  Every other answer leaves the message
+ * A transport opens a target once, delivers messages to it, and answers
+ * for each only once the target confirmed it or refused it: the loop
+ * acknowledges a message to the database after RELAY_DELIVERED, never
+ * before.  A transport delivers one message at a time (deliver), or
+ * batches whose sending and confirmation it can split (start_batch, then
+ * finish_batch): the loop then starts the next batch before it finishes
+ * this one, at most RELAY_WINDOW open at once.  A batch never holds two
+ * messages of one key, nor a key of another open batch, since a key's
+ * next message is fetched only after this one is acknowledged.  Every other answer leaves the message
  * pending, and the outbox's backoff (outbox_fail) decides when it is
  * fetched again.
  *
@@ -49,6 +52,9 @@ typedef enum RelayResult
 /* Room for a transport's error, as outbox_fail records it */
 #define RELAY_ERROR_SIZE 512
 
+/* How many batches a transport may have started and not finished */
+#define RELAY_WINDOW 2
+
 typedef struct RelayTarget RelayTarget;
 
 /*
@@ -64,13 +70,15 @@ typedef struct RelayTransport
 	RelayTarget *(*open) (const char *url, const char *secret, char *error);
 	RelayResult (*deliver) (RelayTarget *target, const RelayMessage *message,
 							char *error, int *retry_after);
+
 	/*
-	 * Or deliver n messages at once (no two of one key), filling one
-	 * result, error and retry_after each.
+	 * Or send n messages at once, results[i] RELAY_DOWN until finish_batch
+	 * fills results, errors and retry_after of the oldest started batch.
 	 */
-	void		(*deliver_batch) (RelayTarget *target, const RelayMessage *messages, int n,
-								  RelayResult *results, char (*errors)[RELAY_ERROR_SIZE],
-								  int *retry_after);
+	void		(*start_batch) (RelayTarget *target, const RelayMessage *messages, int n,
+								RelayResult *results, char (*errors)[RELAY_ERROR_SIZE],
+								int *retry_after);
+	void		(*finish_batch) (RelayTarget *target);
 	void		(*close) (RelayTarget *target);
 } RelayTransport;
 
@@ -82,6 +90,9 @@ extern const RelayTransport relay_postgresql;
 extern const RelayTransport relay_postgres;
 
 /* Helpers the transports share (inbox-relay.c) */
+/* How long a target may take to confirm a message, in seconds (--timeout) */
+extern int	relay_timeout;
+
 extern void relay_log(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern char *relay_url_param(const char *url, const char *name);
 extern char *relay_url_without_query(const char *url);

@@ -167,8 +167,8 @@ webhook_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_a
 	curl_easy_setopt(t->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) m->body_len);
 	curl_easy_setopt(t->curl, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(t->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT, 10L);
-	curl_easy_setopt(t->curl, CURLOPT_TIMEOUT, 30L);
+	curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT, (long) relay_timeout);
+	curl_easy_setopt(t->curl, CURLOPT_TIMEOUT, (long) relay_timeout);
 	curl_easy_setopt(t->curl, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(t->curl, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(t->curl, CURLOPT_HEADERDATA, retry_after);
@@ -198,5 +198,5 @@ webhook_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_http = {"http://", webhook_open, webhook_deliver, NULL, webhook_close};
-const RelayTransport relay_https = {"https://", webhook_open, webhook_deliver, NULL, webhook_close};
+const RelayTransport relay_http = {"http://", webhook_open, webhook_deliver, NULL, NULL, webhook_close};
+const RelayTransport relay_https = {"https://", webhook_open, webhook_deliver, NULL, NULL, webhook_close};

@@ -1653,6 +1653,10 @@ COMMENT ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) IS
  * with SKIP LOCKED, and the lock re-checks them on their latest version:
  * a head another relay leased or acknowledged since this statement's
  * snapshot is passed over.
+ *
+ * Every step goes by the rows' addresses (ctid) from the walk, or by a
+ * primary key probe per leased row: the plan is the same whatever the
+ * statistics say, and its cost follows the batch, not the backlog.
  */
 CREATE FUNCTION inbox.outbox_lease(p_target text, p_max integer, p_until timestamptz,
 								   p_now timestamptz)
@@ -1665,13 +1669,13 @@ AS $$
 DECLARE
 	c_topic text;
 	c_key text;
-	ids uuid[];
+	tids tid[];
 	last_topic text;
 	last_key text;
 BEGIN
 	SELECT c.topic, c.key INTO c_topic, c_key FROM inbox.outbox_cursor(p_target) AS c;
 	WITH RECURSIVE after_cursor AS (
-		(SELECT d.topic, d.key, d.id, d.due, d.lease_until, 1 AS step
+		(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, 1 AS step
 		   FROM inbox.outbox_deliveries AS d
 		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
@@ -1679,10 +1683,10 @@ BEGIN
 		  ORDER BY d.topic, d.key, d.position
 		  LIMIT 1)
 		UNION ALL
-		SELECT n.topic, n.key, n.id, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
+		SELECT n.topic, n.key, n.tid, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
 		  FROM after_cursor AS h
 		 CROSS JOIN LATERAL (
-			SELECT d.topic, d.key, d.id, d.due, d.lease_until
+			SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until
 			  FROM inbox.outbox_deliveries AS d
 			 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 			   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
@@ -1690,7 +1694,7 @@ BEGIN
 			 ORDER BY d.topic, d.key, d.position
 			 LIMIT 1) AS n),
 	up_to_cursor AS (
-		(SELECT d.topic, d.key, d.id, d.due, d.lease_until, 1000000000 AS step
+		(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, 1000000000 AS step
 		   FROM inbox.outbox_deliveries AS d
 		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
@@ -1698,10 +1702,10 @@ BEGIN
 		  ORDER BY d.topic, d.key, d.position
 		  LIMIT 1)
 		UNION ALL
-		SELECT n.topic, n.key, n.id, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
+		SELECT n.topic, n.key, n.tid, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
 		  FROM up_to_cursor AS h
 		 CROSS JOIN LATERAL (
-			SELECT d.topic, d.key, d.id, d.due, d.lease_until
+			SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until
 			  FROM inbox.outbox_deliveries AS d
 			 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 			   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
@@ -1715,20 +1719,23 @@ BEGIN
 		 WHERE h.due OPERATOR(pg_catalog.<=) p_now
 		   AND (h.lease_until IS NULL OR h.lease_until OPERATOR(pg_catalog.<=) p_now)
 		 LIMIT p_max)
-	SELECT pg_catalog.array_agg(h.id ORDER BY h.step),
+	SELECT pg_catalog.array_agg(h.tid ORDER BY h.step),
 		   (pg_catalog.array_agg(h.topic ORDER BY h.step DESC))[1],
 		   (pg_catalog.array_agg(h.key ORDER BY h.step DESC))[1]
-	  INTO ids, last_topic, last_key
+	  INTO tids, last_topic, last_key
 	  FROM due_heads AS h;
-	IF ids IS NULL THEN
+	IF tids IS NULL THEN
 		RETURN;
 	END IF;
 	PERFORM inbox.outbox_set_cursor(p_target, last_topic, last_key);
+	-- A row updated since the walk's snapshot is either skipped (the
+	-- walk's version is dead to this statement's snapshot) or, when the
+	-- lock follows it to its latest version, checked again on that one.
 	RETURN QUERY
 	WITH picked AS (
-		SELECT d.id
+		SELECT d.ctid AS tid
 		  FROM inbox.outbox_deliveries AS d
-		 WHERE d.id OPERATOR(pg_catalog.=) ANY (ids)
+		 WHERE d.ctid OPERATOR(pg_catalog.=) ANY (tids)
 		   AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
 		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
 		   AND d.due OPERATOR(pg_catalog.<=) p_now
@@ -1739,13 +1746,17 @@ BEGIN
 		   SET receipt = pg_catalog.gen_random_uuid(), lease_until = p_until,
 			   attempts = d.attempts OPERATOR(pg_catalog.+) 1
 		  FROM picked AS p
-		 WHERE d.id OPERATOR(pg_catalog.=) p.id
-		   AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+		 WHERE d.ctid OPERATOR(pg_catalog.=) p.tid
 		RETURNING d.id, d.topic, d.key, d.position, d.attempts, d.receipt, d.lease_until)
 	SELECT l.id, l.topic, l.key, l.position, m.payload, m.payload_bytes, m.headers,
 		   m.created_at, l.attempts, l.receipt, l.lease_until
 	  FROM leased AS l
-	  JOIN inbox.outbox_messages AS m ON m.id OPERATOR(pg_catalog.=) l.id
+	 CROSS JOIN LATERAL (
+		-- OFFSET 0 keeps this a probe of the primary key per leased row
+		SELECT x.payload, x.payload_bytes, x.headers, x.created_at
+		  FROM inbox.outbox_messages AS x
+		 WHERE x.id OPERATOR(pg_catalog.=) l.id
+		OFFSET 0) AS m
 	 ORDER BY l.topic, l.key, l.position;
 END
 $$;

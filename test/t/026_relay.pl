@@ -1,14 +1,16 @@
 # test/t/026_relay.pl
 #
 # inbox-relay, end to end: one outbox routed to an HTTP webhook (a sink
-# served by this file), to another database's inbox and to RabbitMQ.
+# served by this file), to the inbox of a database in a second cluster
+# and to RabbitMQ.
 # Every committed message reaches every target under its outbox id, each
 # key's messages in commit order, a rolled-back send never; the webhook's
 # signature verifies; a failed delivery blocks its key until it succeeds;
 # a relay killed between delivering and acknowledging leaves the message
 # to be delivered again under the same id, which the other database's
-# inbox then takes as a duplicate; a running relay is woken by a send's
-# commit and stops cleanly on SIGTERM.
+# inbox then takes as a duplicate; a webhook that answers later than the
+# relay's --timeout gets the message again, under the same id; a running
+# relay is woken by a send's commit and stops cleanly on SIGTERM.
 use strict;
 use warnings;
 use FindBin;
@@ -45,7 +47,8 @@ END
 # One request at a time, keep-alive.  Each request is logged as a line:
 # "id key position signature status".  The first request of key k-fail is
 # answered 500, the first of k-429 429 with Retry-After, every request for
-# k-404's first message 404; the first of key k-slow only after 6 seconds.
+# k-404's first message 404; the first of key k-slow only after 6 seconds,
+# the first of k-timeout after 4.
 my $signing_key = 'relay-test-signing-key-0123456789';
 my $sink_log = "$tmp/sink.log";
 my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, ReuseAddr => 1)
@@ -55,6 +58,8 @@ $sink_pid = fork() // die "fork: $!";
 if ($sink_pid == 0)
 {
 	my %seen;
+	# A relay that gave up on an answer has closed its end
+	$SIG{PIPE} = 'IGNORE';
 	while (my $c = $sink->accept)
 	{
 		while (defined(my $line = <$c>))
@@ -82,6 +87,7 @@ if ($sink_pid == 0)
 			open(my $log, '>>', $sink_log) or die;
 			syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
 			sleep 6 if $key eq 'k-slow' && $first;
+			sleep 4 if $key eq 'k-timeout' && $first;
 			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $h{'outbox-position'} // '-',
 					$sig, $status, $body) . "\n");
 			close $log;
@@ -143,18 +149,22 @@ sub pika
 pika('declare') if $have_rabbitmq;
 
 # --- the databases, the routes and the secrets ----------------------------------------
-$node->safe_psql('postgres', 'CREATE DATABASE downstream');
-$node->safe_psql('downstream', 'CREATE EXTENSION inbox');
+# The other database is in a cluster of its own
+my $downstream = InboxTest->node('downstream');
 $node->safe_psql('postgres', q{
 	CREATE ROLE relay_user LOGIN;
 	SELECT inbox_grant_bundle('relay_user', 'relay');
 });
-$node->safe_psql('downstream', q{SELECT inbox_grant_bundle('relay_user', 'receiver')});
+$downstream->safe_psql('postgres', q{
+	CREATE ROLE relay_user LOGIN;
+	SELECT inbox_grant_bundle('relay_user', 'receiver');
+});
 
 my $host = $node->host;
 my $port = $node->port;
 my $webhook = "http://127.0.0.1:$http_port/hook";
-my $pg_target = "postgresql:///downstream?host=$host&port=$port&user=relay_user&scope=orders";
+my $pg_target = 'postgresql:///postgres?host=' . $downstream->host . '&port=' . $downstream->port
+  . '&user=relay_user&scope=orders';
 my @targets = ($webhook, $pg_target, $amqp_target ? ($amqp_target) : ());
 # The webhook's route makes a message dead at its second failed attempt
 $node->sql("SELECT outbox_route('orders', '$_', '{\"backoff\": \"1 second\""
@@ -169,8 +179,9 @@ my $conninfo = "host=$host port=$port dbname=postgres user=relay_user";
 
 sub run_relay_once
 {
+	my @extra = @_;
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ $relay, '--once', "--secrets=$secrets", '--lease=3', $conninfo ],
+	my $ok = IPC::Run::run([ $relay, '--once', "--secrets=$secrets", '--lease=3', @extra, $conninfo ],
 		'>', \$out, '2>', \$err, IPC::Run::timeout(120));
 	note($err) if $err ne '';
 	return $ok;
@@ -237,9 +248,9 @@ my @k1 = map { (split / /)[2] } grep { / k1 / } @hook;
 is("@k1", '1 2', 'k1 arrives in commit order');
 
 # The other database: every message, by id, in its inbox
-is($node->safe_psql('downstream', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
+is($downstream->safe_psql('postgres', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
 	$n, 'the other database received every message');
-is($node->safe_psql('downstream',
+is($downstream->safe_psql('postgres',
 		q{SELECT string_agg(message_id, ',' ORDER BY message_id) FROM inbox.entries}),
 	join(',', sort values %id_of), 'under their outbox ids');
 
@@ -294,7 +305,8 @@ sleep 3.5;    # the lease runs out
 $done = 0;
 for (1 .. 60)
 {
-	run_relay_once();
+	# Its lease outlasts what the sink still sleeps on the first request
+	run_relay_once('--lease=10');
 	$done = (grep { / k-slow / } sink_lines()) >= 2 and last;
 	sleep 0.5;
 }
@@ -302,16 +314,44 @@ my @slow = map { (split / /)[0] } grep { / k-slow / } sink_lines();
 is(scalar @slow, 2, 'k-slow was delivered again after the relay died unacknowledged');
 ok(@slow == 2 && $slow[0] eq $slow[1] && $slow[0] eq $node->sql(q{SELECT id FROM inbox.outbox_messages WHERE key = 'k-slow'}),
 	'both times under the same id');
+is($node->sql(q{SELECT d.state FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
+	WHERE m.key = 'k-slow' AND d.target = '} . $webhook . q{'}), 's', 'and the second time is acknowledged');
 
 # The same for the other database: a delivery that was not acknowledged
 # is made again, and the inbox there takes it as a duplicate
 $node->sql(qq{UPDATE inbox.outbox_deliveries SET state = 'p', finished_at = NULL, due = now()
 	WHERE target = '$pg_target' AND id = (SELECT id FROM inbox.outbox_messages WHERE key = 'k2' AND position = 1)});
 ok(run_relay_once(), 'a relay delivers the unacknowledged message again');
-is($node->safe_psql('downstream', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
+is($downstream->safe_psql('postgres', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
 	$n + 1, 'the other database holds each message once (with k-slow)');
 is($node->sql(qq{SELECT state FROM inbox.outbox_deliveries WHERE target = '$pg_target' AND state <> 's'}), '',
 	'and every delivery there is acknowledged');
+
+# --- a webhook slower than the relay's timeout ----------------------------------------
+# The relay gives up after --timeout, records the failure, and delivers
+# the message again after the route's backoff, under the same id
+$node->sql(q{SELECT outbox_send('orders', 'k-timeout', '{"n": 1}'::jsonb)});
+my $impatient = start_relay('--timeout=2', '--wait=1', "--target=$webhook");
+$done = 0;
+for (1 .. 600)
+{
+	$done = $node->sql(q{SELECT d.state FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
+		WHERE m.key = 'k-timeout' AND d.target = '} . $webhook . q{'}) eq 's' and last;
+	sleep 0.1;
+}
+ok($done, 'a message whose webhook answered too late is delivered at its next attempt');
+kill 'TERM', $impatient;
+waitpid($impatient, 0);
+@relays = grep { $_ != $impatient } @relays;
+my @late = map { (split / /)[0] } grep { / k-timeout / } sink_lines();
+ok(@late == 2 && $late[0] eq $late[1]
+	  && $late[0] eq $node->sql(q{SELECT id FROM inbox.outbox_messages WHERE key = 'k-timeout'}),
+	'the webhook got it twice, under the same id')
+  or diag(join("\n", @late));
+like(slurp_file("$tmp/relay.log"), qr/k-timeout.*not delivered: no answer: Timeout was reached/,
+	'the relay says the webhook did not answer in time');
+is($node->sql(q{SELECT d.attempts FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
+	WHERE m.key = 'k-timeout' AND d.target = '} . $webhook . q{'}), '2', 'in two attempts');
 
 # --- a running relay: woken by a commit, stopped by SIGTERM ----------------------------
 my $running = start_relay('--wait=30', "--target=$webhook");
