@@ -392,6 +392,29 @@ sub markdown_code_blocks
 	return (\@blocks, \@prose);
 }
 
+# --- processes ------------------------------------------------------------------
+
+# Start @cmd in a process group of its own, with %$env added to its
+# environment, stdin from /dev/null and stdout and stderr appended to
+# $log.  Returns its pid, which is also the group's: the caller kills the
+# group (kill 'KILL', -$pid) in its END block, whatever happened.
+sub start_group
+{
+	my ($log, $env, @cmd) = @_;
+	my $pid = fork() // die "fork: $!";
+	if ($pid == 0)
+	{
+		setpgrp(0, 0);
+		@ENV{ keys %$env } = values %$env;
+		open(STDIN, '<', '/dev/null');
+		open(STDOUT, '>>', $log);
+		open(STDERR, '>&', \*STDOUT);
+		{ exec(@cmd) };
+		POSIX::_exit(127);
+	}
+	return $pid;
+}
+
 # --- RabbitMQ -------------------------------------------------------------------
 
 # Start a private RabbitMQ (Debian's rabbitmq-server) in directory $rdir,

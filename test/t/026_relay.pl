@@ -190,15 +190,7 @@ sub run_relay_once
 # A relay in the background, in a process group of its own
 sub start_relay
 {
-	my @args = @_;
-	my $pid = fork() // die;
-	if ($pid == 0)
-	{
-		setpgrp(0, 0);
-		open(STDERR, '>>', "$tmp/relay.log");
-		exec($relay, "--secrets=$secrets", @args, $conninfo);
-		POSIX::_exit(127);
-	}
+	my $pid = InboxTest::start_group("$tmp/relay.log", {}, $relay, "--secrets=$secrets", @_, $conninfo);
 	push @relays, $pid;
 	return $pid;
 }

@@ -74,19 +74,7 @@ sub start
 {
 	my ($name) = @_;
 	my $s = $spec{$name};
-	my $pid = fork() // die "fork: $!";
-	if ($pid == 0)
-	{
-		setpgrp(0, 0);
-		@ENV{ keys %env } = values %env;
-		@ENV{ keys %{ $s->{env} } } = values %{ $s->{env} };
-		open(STDIN, '<', '/dev/null');
-		open(STDOUT, '>>', "$tmp/$name.log");
-		open(STDERR, '>&', \*STDOUT);
-		exec(@{ $s->{cmd} });
-		POSIX::_exit(127);
-	}
-	$procs{$name} = { pid => $pid };
+	$procs{$name} = { pid => InboxTest::start_group("$tmp/$name.log", { %env, %{ $s->{env} } }, @{ $s->{cmd} }) };
 }
 
 sub kill_hard
