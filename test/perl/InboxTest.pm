@@ -421,15 +421,29 @@ sub start_group
 # listening on loopback only, with its own epmd, in a process group of its
 # own; wait until it accepts connections.  Returns (AMQP port, process
 # group, whether it is up).  The caller kills the group (kill 'KILL',
-# -$pgid) in its END block, whatever happened.
+# -$pgid) in its END block, whatever happened.  With tls => 1 it also
+# listens for amqps, with a certificate for 127.0.0.1 signed by a CA made
+# here: then (AMQP port, group, up, amqps port, the CA's file).
 sub start_rabbitmq
 {
-	my ($rdir) = @_;
+	my ($rdir, %opts) = @_;
 	my $server = '/usr/lib/rabbitmq/bin/rabbitmq-server';
-	my ($amqp_port, $dist_port, $epmd_port) = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 3;
+	my ($amqp_port, $dist_port, $epmd_port, $tls_port) =
+	  map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 4;
 	mkdir $rdir or die "mkdir $rdir: $!";
 	PostgreSQL::Test::Utils::append_to_file("$rdir/rabbitmq.conf",
 		"listeners.tcp.default = 127.0.0.1:$amqp_port\n");
+	if ($opts{tls})
+	{
+		make_tls_certificates($rdir);
+		PostgreSQL::Test::Utils::append_to_file("$rdir/rabbitmq.conf",
+			"listeners.ssl.default = 127.0.0.1:$tls_port\n"
+			  . "ssl_options.cacertfile = $rdir/ca.pem\n"
+			  . "ssl_options.certfile = $rdir/server.pem\n"
+			  . "ssl_options.keyfile = $rdir/server.key\n"
+			  . "ssl_options.verify = verify_none\n"
+			  . "ssl_options.fail_if_no_peer_cert = false\n");
+	}
 	PostgreSQL::Test::Utils::append_to_file("$rdir/enabled_plugins", "[].\n");
 	my %env = (
 		HOME => $rdir,    # the Erlang cookie goes there
@@ -467,7 +481,39 @@ sub start_rabbitmq
 		Time::HiRes::sleep(0.1);
 	}
 	close $up if $up;
-	return ($amqp_port, $pgid, $up ? 1 : 0);
+	if ($up && $opts{tls})
+	{
+		for (1 .. 10 * 60)
+		{
+			$up = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $tls_port, Proto => 'tcp')
+			  and last;
+			Time::HiRes::sleep(0.1);
+		}
+		close $up if $up;
+	}
+	return ($amqp_port, $pgid, $up ? 1 : 0, $opts{tls} ? ($tls_port, "$rdir/ca.pem") : ());
+}
+
+# A CA and a server certificate for 127.0.0.1 that it signed, in $dir (the
+# address as a DNS name too: librabbitmq matches the host against those):
+# ca.pem, server.pem, server.key
+sub make_tls_certificates
+{
+	my ($dir) = @_;
+	my @quiet = ('>', '/dev/null', '2>', "$dir/openssl.log");
+	IPC::Run::run([ 'openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+			'-subj', '/CN=inbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.pem" ], @quiet)
+	  or die 'openssl: the CA: ' . PostgreSQL::Test::Utils::slurp_file("$dir/openssl.log");
+	IPC::Run::run([ 'openssl', 'req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1',
+			'-keyout', "$dir/server.key", '-out', "$dir/server.csr" ], @quiet)
+	  or die 'openssl: the request: ' . PostgreSQL::Test::Utils::slurp_file("$dir/openssl.log");
+	PostgreSQL::Test::Utils::append_to_file("$dir/server.ext", "subjectAltName = IP:127.0.0.1, DNS:127.0.0.1\n");
+	IPC::Run::run([ 'openssl', 'x509', '-req', '-in', "$dir/server.csr", '-CA', "$dir/ca.pem",
+			'-CAkey', "$dir/ca.key", '-CAcreateserial', '-days', '2', '-extfile', "$dir/server.ext",
+			'-out', "$dir/server.pem" ], @quiet)
+	  or die 'openssl: the certificate: ' . PostgreSQL::Test::Utils::slurp_file("$dir/openssl.log");
+	chmod 0644, "$dir/server.key";
+	return;
 }
 
 1;

@@ -1,0 +1,103 @@
+# test/t/029_relay_amqps.pl
+#
+# inbox-relay over amqps://: a private RabbitMQ on loopback listens for
+# TLS with a certificate for 127.0.0.1 signed by a CA made by the test.
+# A route whose target names that CA (cacert=) delivers every message,
+# under its id; a route that trusts only the system's CAs is refused at
+# the handshake, says so in the relay's log, and leaves its message
+# pending.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = InboxTest->node('relay_amqps', conf => "inbox.purge_enabled = off\n");
+my $relay = $node->config_data('--bindir') . '/inbox-relay';
+plan skip_all => "$relay not found: the relay is built where librabbitmq-dev, libcurl4-openssl-dev and libssl-dev are installed"
+  unless -x $relay;
+plan skip_all => 'rabbitmq-server, python3-pika or openssl not found (test/tools/ensure-deps.sh)'
+  unless -x '/usr/lib/rabbitmq/bin/rabbitmq-server'
+  && system('python3', '-c', 'import pika') == 0
+  && system('sh', '-c', 'command -v openssl >/dev/null') == 0;
+
+my $tmp = PostgreSQL::Test::Utils::tempdir('relay_amqps');
+my $broker_pgid;
+END
+{
+	local $?;
+	kill 'KILL', -$broker_pgid if $broker_pgid;
+}
+
+my ($amqp_port, $up, $tls_port, $ca);
+($amqp_port, $broker_pgid, $up, $tls_port, $ca) = InboxTest::start_rabbitmq("$tmp/rabbitmq", tls => 1);
+ok($up, 'RabbitMQ listens for amqp and amqps on loopback')
+  or BAIL_OUT('RabbitMQ did not start: ' . slurp_file("$tmp/rabbitmq/server.log"));
+
+# The queue, declared and later drained over plain AMQP
+my $pika = <<'PY';
+import os, sys, pika
+conn = pika.BlockingConnection(pika.URLParameters(os.environ['AMQP_URL']))
+ch = conn.channel()
+ch.queue_declare('tls-test', durable=True)
+if sys.argv[1] == 'drain':
+    while True:
+        method, props, body = ch.basic_get('tls-test', auto_ack=True)
+        if method is None:
+            break
+        print(props.message_id)
+conn.close()
+PY
+sub pika
+{
+	my ($what) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
+	IPC::Run::run([ 'python3', '-c', $pika, $what ], '>', \$out, '2>', \$err)
+	  or die "pika $what: $err";
+	return sort split /\n/, $out;
+}
+pika('declare');
+
+my $trusted = "amqps://guest\@127.0.0.1:$tls_port/%2F?routing_key=tls-test&cacert=$ca";
+my $untrusted = "amqps://guest\@127.0.0.1:$tls_port/%2F?routing_key=tls-test";
+my $secrets = "$tmp/relay.secrets";
+PostgreSQL::Test::Utils::append_to_file($secrets, "$trusted guest\n$untrusted guest\n");
+chmod 0600, $secrets;
+$node->safe_psql('postgres', qq{
+	SELECT outbox_route('secure', '$trusted');
+	SELECT outbox_route('unverified', '$untrusted');
+	SELECT outbox_send('secure', 'k' || (n % 4), jsonb_build_object('n', n)) FROM generate_series(1, 20) AS n;
+	SELECT outbox_send('unverified', 'k', '{"n": 0}'::jsonb);
+});
+
+sub relay_once
+{
+	my ($target) = @_;
+	my ($out, $err) = ('', '');
+	my $conninfo = 'host=' . $node->host . ' port=' . $node->port . ' dbname=postgres';
+	IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$target", $conninfo ],
+		'>', \$out, '2>', \$err, IPC::Run::timeout(120));
+	return $err;
+}
+
+relay_once($trusted);
+is(join(',', pika('drain')),
+	$node->safe_psql('postgres', q{SELECT string_agg(id::text, ',' ORDER BY id::text) FROM inbox.outbox_messages WHERE topic = 'secure'}),
+	'over amqps, the broker got every message once, under its id');
+is($node->safe_psql('postgres', qq{SELECT count(*) FROM inbox.outbox_deliveries WHERE target = '$trusted' AND state = 's'}),
+	'20', 'and each is acknowledged');
+
+my $err = relay_once($untrusted);
+like($err, qr/unreachable: .*SSL/i, 'a broker whose certificate the target does not trust is refused')
+  or diag($err);
+is($node->safe_psql('postgres', qq{SELECT state::text || ' ' || (last_error IS NOT NULL)::text
+	FROM inbox.outbox_deliveries WHERE target = '$untrusted'}),
+	'p true', 'and its message stays pending, with the error');
+my @left = pika('drain');
+is(scalar @left, 0, 'nothing reached the broker from it');
+
+done_testing();
