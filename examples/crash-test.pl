@@ -23,6 +23,10 @@
 #      were dead-lettered and never applied; that the deferred scope holds
 #      only done messages.
 #
+# The Go claim consumers run as "forward": each also sends a notice to the
+# outbox in its transaction, and every effect must have exactly one notice,
+# every notice its effect.
+#
 # It prints one "ok"/"not ok" line per check and ends with "N passed, N
 # failed"; it exits non-zero if a check failed.  Every process it started,
 # and the cluster, are stopped however it ends.
@@ -155,6 +159,7 @@ GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_status(text, tex
 	inbox_claim_many(text, text[], bytea[], text), inbox_receive(text, text, jsonb, bytea),
 	inbox_poll(text, integer, interval, interval), inbox_complete(text, uuid, jsonb),
 	inbox_fail(text, uuid, text, interval) TO consumer;
+SELECT inbox_grant_bundle('consumer', 'publisher');
 -- Killed workers use up attempts; here a message must never die of that.
 SELECT inbox_set_max_attempts('deferred', 1000)
 EOF
@@ -199,7 +204,7 @@ sub command
 	# A small, quickly started JVM: consumers are restarted by the dozen.
 	return ('java', '-XX:+UseSerialGC', '-XX:TieredStopAtLevel=1', '-Xmx128m', '-cp', $opt{java}, 'Main', $mode)
 	  if $lang eq 'java';
-	return ($opt{go}, $mode);
+	return ($opt{go}, $mode eq 'claim' ? 'forward' : $mode);
 }
 
 sub start_consumer
@@ -392,6 +397,20 @@ sub run_language
 	for my $topic (sort keys %NIDS)
 	{
 		check_topic($lang, $topic, $sent->{$topic}, $app, $broker);
+	}
+
+	if ($lang eq 'go')
+	{
+		my ($effects, $notices, $matched, $sources) = $app->selectrow_array(q{
+			SELECT (SELECT count(*) FROM invoices WHERE scope = 'claim'),
+				   (SELECT count(*) FROM inbox.outbox_messages),
+				   (SELECT count(*) FROM inbox.outbox_messages AS m
+					  JOIN invoices AS i ON i.scope = 'claim' AND i.message_id = m.payload->>'source'
+										AND i.amount = (m.payload->>'amount')::numeric),
+				   (SELECT count(DISTINCT m.payload->>'source') FROM inbox.outbox_messages AS m)});
+		check($effects > 0 && $notices == $effects && $matched == $notices && $sources == $notices,
+			"go forward: $effects effects, $notices notices in the outbox, $matched with their effect's "
+			  . "id and amount, $sources distinct");
 	}
 
 	my ($pending, $processing, $dead) = $app->selectrow_array(
