@@ -376,6 +376,7 @@ typedef struct Relay
 	int			nwindow;
 	PGconn	   *ack_conn;		/* where outcomes are recorded */
 	int			acks_sent;		/* in an outbox_ack_many not yet answered */
+	bool		prefetching;	/* an outbox_fetch sent on conn, unanswered */
 } Relay;
 
 /*
@@ -614,7 +615,7 @@ batch_deliver(Relay *r, Batch *b)
 static int
 deliver_target(const char *target)
 {
-	Relay		r = {target, transport_for(target), NULL, NULL, -1, {NULL}, 0, NULL, 0};
+	Relay		r = {target, transport_for(target), NULL, NULL, -1, {NULL}, 0, NULL, 0, false};
 	char		batch_s[16],
 				lease_s[32],
 				wait_s[32];
@@ -630,14 +631,14 @@ deliver_target(const char *target)
 	snprintf(lease_s, sizeof(lease_s), "%d seconds", lease_seconds);
 	snprintf(wait_s, sizeof(wait_s), "%d seconds", wait_seconds);
 
-	while (!stopping || r.nwindow > 0)
+	while (!stopping || r.nwindow > 0 || r.prefetching)
 	{
 		/* Wait for a commit only with nothing in flight */
 		const char *params[4] = {target, batch_s, lease_s,
 		(once || r.nwindow > 0) ? NULL : wait_s};
 		PGresult   *res = NULL;
 		PGcancel   *cancel;
-		bool		was_idle = r.nwindow == 0;
+		bool		was_idle = r.nwindow == 0 && !r.prefetching;
 		bool		stop = false;
 
 		/* Nothing in flight: what was acknowledged is fetchable first */
@@ -653,13 +654,25 @@ deliver_target(const char *target)
 			}
 			relay_log("connected to the database; delivering");
 		}
-		if (!stopping && r.conn != NULL)
+		if (r.prefetching || (!stopping && r.conn != NULL))
 		{
-			cancel = PQgetCancel(r.conn);
-			fetch_cancel = cancel;
-			res = PQexecParams(r.conn, FETCH_SQL, 4, NULL, params, NULL, NULL, 0);
-			fetch_cancel = NULL;
-			PQfreeCancel(cancel);
+			if (r.prefetching)
+			{
+				PGresult   *extra;
+
+				res = PQgetResult(r.conn);
+				while ((extra = PQgetResult(r.conn)) != NULL)
+					PQclear(extra);
+				r.prefetching = false;
+			}
+			else
+			{
+				cancel = PQgetCancel(r.conn);
+				fetch_cancel = cancel;
+				res = PQexecParams(r.conn, FETCH_SQL, 4, NULL, params, NULL, NULL, 0);
+				fetch_cancel = NULL;
+				PQfreeCancel(cancel);
+			}
 			if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			{
 				/* Stopped while waiting: only the batches in flight remain */
@@ -697,13 +710,32 @@ deliver_target(const char *target)
 			}
 		}
 		if (res != NULL)
-			batch_deliver(&r, batch_read(r.conn, res));
+		{
+			Batch	   *b = batch_read(r.conn, res);
+
+			/*
+			 * A transport that confirms batches later gets the next one
+			 * fetched while it sends this one: the fetch leases other keys
+			 * only, those of the batches in flight being leased already.
+			 * Not with one that delivers message by message, which may take
+			 * long enough for the next batch's leases to run out.
+			 */
+			if (r.transport->start_batch != NULL && !stopping && b->readable)
+			{
+				params[3] = NULL;
+				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
+												  NULL, NULL, 0) == 1;
+			}
+			batch_deliver(&r, b);
+		}
 		else if (stop || (once && was_idle))
 		{
 			while (r.nwindow > 0)
 				window_finish_oldest(&r);
 			break;
 		}
+		else if (r.conn == NULL)
+			r.prefetching = false;
 
 		/*
 		 * Finish the oldest batch when the window is full, or when nothing
