@@ -547,13 +547,9 @@ batch_settle(Relay *r, Batch *b)
 	batch_free(b);
 }
 
-/*
- * Finish and settle the oldest started batch.  When the target went down
- * in it, every later started batch went down with it: those are finished
- * and settled too, and the target is closed, to be opened again.
- */
-static void
-window_finish_oldest(Relay *r)
+/* Finish and settle the oldest started batch; whether the target went down */
+static bool
+window_finish_one(Relay *r)
 {
 	Batch	   *b = r->window[0];
 	bool		down;
@@ -563,10 +559,21 @@ window_finish_oldest(Relay *r)
 	memmove(&r->window[0], &r->window[1], r->nwindow * sizeof(Batch *));
 	down = b->results[b->n - 1] == RELAY_DOWN;
 	batch_settle(r, b);
-	if (down)
+	return down;
+}
+
+/*
+ * Finish and settle the oldest started batch.  When the target went down
+ * in it, every later started batch went down with it: those are finished
+ * and settled too, and the target is closed, to be opened again.
+ */
+static void
+window_finish_oldest(Relay *r)
+{
+	if (window_finish_one(r))
 	{
 		while (r->nwindow > 0)
-			window_finish_oldest(r);
+			window_finish_one(r);
 		r->transport->close(r->open);
 		r->open = NULL;
 	}

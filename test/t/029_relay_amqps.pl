@@ -5,7 +5,9 @@
 # A route whose target names that CA (cacert=) delivers every message,
 # under its id; a route that trusts only the system's CAs is refused at
 # the handshake, says so in the relay's log, and leaves its message
-# pending.
+# pending.  A route to an exchange that does not exist has its channel
+# closed by the broker while two batches are in flight: both are failed,
+# the relay goes on, and their messages stay pending with the error.
 use strict;
 use warnings;
 use FindBin;
@@ -64,24 +66,27 @@ pika('declare');
 
 my $trusted = "amqps://guest\@127.0.0.1:$tls_port/%2F?routing_key=tls-test&cacert=$ca";
 my $untrusted = "amqps://guest\@127.0.0.1:$tls_port/%2F?routing_key=tls-test";
+my $nowhere = "amqps://guest\@127.0.0.1:$tls_port/%2F?exchange=no-such-exchange&cacert=$ca";
 my $secrets = "$tmp/relay.secrets";
-PostgreSQL::Test::Utils::append_to_file($secrets, "$trusted guest\n$untrusted guest\n");
+PostgreSQL::Test::Utils::append_to_file($secrets, "$trusted guest\n$untrusted guest\n$nowhere guest\n");
 chmod 0600, $secrets;
 $node->safe_psql('postgres', qq{
 	SELECT outbox_route('secure', '$trusted');
 	SELECT outbox_route('unverified', '$untrusted');
+	SELECT outbox_route('nowhere', '$nowhere');
 	SELECT outbox_send('secure', 'k' || (n % 4), jsonb_build_object('n', n)) FROM generate_series(1, 20) AS n;
 	SELECT outbox_send('unverified', 'k', '{"n": 0}'::jsonb);
+	SELECT outbox_send('nowhere', 'k' || n, jsonb_build_object('n', n)) FROM generate_series(1, 10) AS n;
 });
 
 sub relay_once
 {
-	my ($target) = @_;
+	my ($target, @extra) = @_;
 	my ($out, $err) = ('', '');
 	my $conninfo = 'host=' . $node->host . ' port=' . $node->port . ' dbname=postgres';
-	IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$target", $conninfo ],
+	my $ok = IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$target", @extra, $conninfo ],
 		'>', \$out, '2>', \$err, IPC::Run::timeout(120));
-	return $err;
+	return wantarray ? ($ok, $err) : $err;
 }
 
 relay_once($trusted);
@@ -99,5 +104,16 @@ is($node->safe_psql('postgres', qq{SELECT state::text || ' ' || (last_error IS N
 	'p true', 'and its message stays pending, with the error');
 my @left = pika('drain');
 is(scalar @left, 0, 'nothing reached the broker from it');
+
+# Batches of 5 over 10 keys: the second is published before the first's
+# confirmations, and the broker closes the channel under both
+my ($ok, $closed) = relay_once($nowhere, '--batch=5');
+ok($ok, 'a relay whose channel the broker closed under two batches goes on, and ends well')
+  or diag($closed);
+like($closed, qr/unreachable: waiting for the confirmation: the broker closed the channel/,
+	'it says the broker closed the channel');
+is($node->safe_psql('postgres', qq{SELECT count(*) FILTER (WHERE state = 'p' AND attempts = 1
+		AND last_error LIKE '%closed the channel%') FROM inbox.outbox_deliveries WHERE target = '$nowhere'}),
+	'10', 'every message of both batches is pending again, failed once, with the error');
 
 done_testing();
