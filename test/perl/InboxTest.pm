@@ -415,7 +415,60 @@ sub start_group
 	return $pid;
 }
 
-# --- RabbitMQ -------------------------------------------------------------------
+# --- inbox-relay and RabbitMQ -----------------------------------------------------
+
+# The path of inbox-relay beside $node's binaries; the test is skipped,
+# with one line, where it is not built, and with rabbitmq => 1 also where
+# RabbitMQ or python3-pika is missing.
+sub relay_or_skip
+{
+	my ($node, %opts) = @_;
+	my $relay = $node->config_data('--bindir') . '/inbox-relay';
+	Test::More::plan(skip_all => "$relay not found: the relay is built where librabbitmq-dev, "
+		  . 'libcurl4-openssl-dev and libssl-dev are installed')
+	  unless -x $relay;
+	Test::More::plan(skip_all => 'rabbitmq-server or python3-pika not found (test/tools/ensure-deps.sh)')
+	  if $opts{rabbitmq} && !have_rabbitmq();
+	return $relay;
+}
+
+# Whether a private RabbitMQ can run here, and pika talk to it
+sub have_rabbitmq
+{
+	return -x '/usr/lib/rabbitmq/bin/rabbitmq-server'
+	  && system('python3', '-c', 'import pika') == 0;
+}
+
+# Queue $queue of the RabbitMQ on loopback port $port (user guest),
+# through pika: 'declare' declares it (durable); 'drain' also takes every
+# message in it and returns one line each: "message_id outbox-key
+# outbox-position delivery_mode content_type trace" (a header missing is
+# None, trace "-").
+my $pika_queue = <<'PY';
+import os, sys, pika
+conn = pika.BlockingConnection(pika.URLParameters(os.environ['AMQP_URL']))
+ch = conn.channel()
+ch.queue_declare(sys.argv[2], durable=True)
+if sys.argv[1] == 'drain':
+    while True:
+        method, props, body = ch.basic_get(sys.argv[2], auto_ack=True)
+        if method is None:
+            break
+        h = props.headers or {}
+        print(props.message_id, h.get('outbox-key'), h.get('outbox-position'),
+              props.delivery_mode, props.content_type, h.get('trace', '-'))
+conn.close()
+PY
+sub amqp_queue
+{
+	my ($port, $queue, $what) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$port/%2F";
+	IPC::Run::run([ 'python3', '-c', $pika_queue, $what, $queue ], '>', \$out, '2>', \$err)
+	  or die "pika $what $queue: $err";
+	return split /\n/, $out;
+}
+
 
 # Start a private RabbitMQ (Debian's rabbitmq-server) in directory $rdir,
 # listening on loopback only, with its own epmd, in a process group of its

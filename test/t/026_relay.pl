@@ -26,11 +26,8 @@ use Test::More;
 use Time::HiRes qw(sleep time);
 
 my $node = InboxTest->node('relay', conf => "inbox.purge_enabled = off\n");
-my $relay = $node->config_data('--bindir') . '/inbox-relay';
-plan skip_all => "$relay not found: the relay is built where librabbitmq-dev, libcurl4-openssl-dev and libssl-dev are installed"
-  unless -x $relay;
-my $have_rabbitmq = -x '/usr/lib/rabbitmq/bin/rabbitmq-server'
-  && system('python3', '-c', 'import pika') == 0;
+my $relay = InboxTest::relay_or_skip($node);
+my $have_rabbitmq = InboxTest::have_rabbitmq();
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('relay');
 my ($sink_pid, $broker_pgid, @relays);
@@ -122,30 +119,7 @@ else
 }
 
 # The queue, declared before anything is published, and drained by pika
-my $pika = <<'PY';
-import json, os, sys, pika
-conn = pika.BlockingConnection(pika.URLParameters(os.environ['AMQP_URL']))
-ch = conn.channel()
-ch.queue_declare('relay-test', durable=True)
-if sys.argv[1] == 'drain':
-    while True:
-        method, props, body = ch.basic_get('relay-test', auto_ack=True)
-        if method is None:
-            break
-        h = props.headers or {}
-        print(props.message_id, h.get('outbox-key'), h.get('outbox-position'),
-              props.delivery_mode, props.content_type, h.get('trace', '-'))
-conn.close()
-PY
-sub pika
-{
-	my ($what) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
-	IPC::Run::run([ 'python3', '-c', $pika, $what ], '>', \$out, '2>', \$err)
-	  or die "pika $what: $err";
-	return split /\n/, $out;
-}
+sub pika { return InboxTest::amqp_queue($amqp_port, 'relay-test', @_) }
 pika('declare') if $have_rabbitmq;
 
 # --- the databases, the routes and the secrets ----------------------------------------

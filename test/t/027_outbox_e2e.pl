@@ -28,12 +28,9 @@ my $examples = "$top/examples";
 my $invoices = 300;
 
 my $node = InboxTest->node('outbox_e2e', conf => "inbox.purge_enabled = off\nmax_connections = 60\n");
-my $relay = $node->config_data('--bindir') . '/inbox-relay';
-plan skip_all => "$relay not found: the relay is built where librabbitmq-dev, libcurl4-openssl-dev and libssl-dev are installed"
-  unless -x $relay;
-plan skip_all => 'rabbitmq-server, or python3 with psycopg 3 and pika, not found (test/tools/ensure-deps.sh)'
-  unless -x '/usr/lib/rabbitmq/bin/rabbitmq-server'
-  && system('python3', '-c', 'import psycopg, pika') == 0;
+my $relay = InboxTest::relay_or_skip($node, rabbitmq => 1);
+plan skip_all => 'python3 with psycopg 3 not found (test/tools/ensure-deps.sh)'
+  unless system('python3', '-c', 'import psycopg') == 0;
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('outbox_e2e');
 my ($broker_pgid, %procs);

@@ -24,9 +24,7 @@ my $primary = InboxTest->node(
 	'outbox_primary',
 	init => { allows_streaming => 1 },
 	conf => "inbox.purge_enabled = off\n");
-my $relay = $primary->config_data('--bindir') . '/inbox-relay';
-plan skip_all => "$relay not found: the relay is built where librabbitmq-dev, libcurl4-openssl-dev and libssl-dev are installed"
-  unless -x $relay;
+my $relay = InboxTest::relay_or_skip($primary);
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('relay_failover');
 my $relay_pid;

@@ -18,13 +18,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = InboxTest->node('relay_amqps', conf => "inbox.purge_enabled = off\n");
-my $relay = $node->config_data('--bindir') . '/inbox-relay';
-plan skip_all => "$relay not found: the relay is built where librabbitmq-dev, libcurl4-openssl-dev and libssl-dev are installed"
-  unless -x $relay;
-plan skip_all => 'rabbitmq-server, python3-pika or openssl not found (test/tools/ensure-deps.sh)'
-  unless -x '/usr/lib/rabbitmq/bin/rabbitmq-server'
-  && system('python3', '-c', 'import pika') == 0
-  && system('sh', '-c', 'command -v openssl >/dev/null') == 0;
+my $relay = InboxTest::relay_or_skip($node, rabbitmq => 1);
+plan skip_all => 'openssl not found'
+  unless system('sh', '-c', 'command -v openssl >/dev/null') == 0;
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('relay_amqps');
 my $broker_pgid;
@@ -39,29 +35,8 @@ my ($amqp_port, $up, $tls_port, $ca);
 ok($up, 'RabbitMQ listens for amqp and amqps on loopback')
   or BAIL_OUT('RabbitMQ did not start: ' . slurp_file("$tmp/rabbitmq/server.log"));
 
-# The queue, declared and later drained over plain AMQP
-my $pika = <<'PY';
-import os, sys, pika
-conn = pika.BlockingConnection(pika.URLParameters(os.environ['AMQP_URL']))
-ch = conn.channel()
-ch.queue_declare('tls-test', durable=True)
-if sys.argv[1] == 'drain':
-    while True:
-        method, props, body = ch.basic_get('tls-test', auto_ack=True)
-        if method is None:
-            break
-        print(props.message_id)
-conn.close()
-PY
-sub pika
-{
-	my ($what) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
-	IPC::Run::run([ 'python3', '-c', $pika, $what ], '>', \$out, '2>', \$err)
-	  or die "pika $what: $err";
-	return sort split /\n/, $out;
-}
+# The queue, declared and later drained over plain AMQP: the ids
+sub pika { return sort map { (split / /)[0] } InboxTest::amqp_queue($amqp_port, 'tls-test', @_) }
 pika('declare');
 
 my $trusted = "amqps://guest\@127.0.0.1:$tls_port/%2F?routing_key=tls-test&cacert=$ca";
