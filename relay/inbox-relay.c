@@ -647,6 +647,7 @@ deliver_target(const char *target)
 		PGcancel   *cancel;
 		bool		was_idle = r.nwindow == 0 && !r.prefetching;
 		bool		stop = false;
+		bool		fetched;
 
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
@@ -716,7 +717,8 @@ deliver_target(const char *target)
 				res = NULL;
 			}
 		}
-		if (res != NULL)
+		fetched = res != NULL;
+		if (fetched)
 		{
 			Batch	   *b = batch_read(r.conn, res);
 
@@ -741,8 +743,6 @@ deliver_target(const char *target)
 				window_finish_oldest(&r);
 			break;
 		}
-		else if (r.conn == NULL)
-			r.prefetching = false;
 
 		/*
 		 * Finish the oldest batch when the window is full, or when nothing
@@ -750,7 +750,7 @@ deliver_target(const char *target)
 		 * next messages become fetchable.
 		 */
 		while (r.nwindow > 0 &&
-			   (r.nwindow == RELAY_WINDOW || res == NULL || stopping))
+			   (r.nwindow == RELAY_WINDOW || !fetched || stopping))
 			window_finish_oldest(&r);
 	}
 	while (r.nwindow > 0)

@@ -7,14 +7,15 @@
  * A transport opens a target once, delivers messages to it, and answers
  * for each only once the target confirmed it or refused it: the loop
  * acknowledges a message to the database after RELAY_DELIVERED, never
- * before.  A transport delivers one message at a time (deliver), or
- * batches whose sending and confirmation it can split (start_batch, then
- * finish_batch): the loop then starts the next batch before it finishes
- * this one, at most RELAY_WINDOW open at once.  A batch never holds two
- * messages of one key, nor a key of another open batch, since a key's
- * next message is fetched only after this one is acknowledged.  Every other answer leaves the message
- * pending, and the outbox's backoff (outbox_fail) decides when it is
- * fetched again.
+ * before.  Every other answer leaves the message pending, and the
+ * outbox's backoff (outbox_fail) decides when it is fetched again.
+ *
+ * A transport delivers one message at a time (deliver), or batches whose
+ * sending and confirmation it can split (start_batch, then finish_batch):
+ * the loop then starts the next batch before it finishes this one, at
+ * most RELAY_WINDOW open at once.  A batch never holds two messages of
+ * one key, nor a key of another open batch, since a key's next message
+ * is fetched only after this one is acknowledged.
  *
  * relay/relay.h
  *

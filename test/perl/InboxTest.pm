@@ -514,37 +514,29 @@ sub start_rabbitmq
 		RABBITMQ_CONF_ENV_FILE => "$rdir/no-rabbitmq-env.conf",
 		# Erlang distribution on loopback too
 		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS => '-kernel inet_dist_use_interface {127,0,0,1}');
-	my $pgid = fork() // die "fork: $!";
-	if ($pgid == 0)
+	my $pgid = start_group("$rdir/server.log", \%env, 'sh', '-c',
+		"epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$server'");
+	# Each listener, as long as the broker runs: AMQP, then amqps
+	my $up = 1;
+	for my $listener ([ $amqp_port, 180 ], $opts{tls} ? ([ $tls_port, 60 ]) : ())
 	{
-		setpgrp(0, 0);
-		@ENV{ keys %env } = values %env;
-		open(STDIN, '<', '/dev/null');
-		open(STDOUT, '>', "$rdir/server.log");
-		open(STDERR, '>&', \*STDOUT);
-		{ exec('sh', '-c', "epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$server'") };
-		POSIX::_exit(127);
-	}
-	my $up;
-	for (1 .. 10 * 180)
-	{
-		$up = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $amqp_port, Proto => 'tcp')
-		  and last;
-		last if waitpid($pgid, POSIX::WNOHANG()) != 0;
-		Time::HiRes::sleep(0.1);
-	}
-	close $up if $up;
-	if ($up && $opts{tls})
-	{
-		for (1 .. 10 * 60)
+		my ($port, $seconds) = @$listener;
+		$up = 0;
+		for (1 .. 10 * $seconds)
 		{
-			$up = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $tls_port, Proto => 'tcp')
-			  and last;
+			my $socket = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+			if ($socket)
+			{
+				close $socket;
+				$up = 1;
+				last;
+			}
+			last if waitpid($pgid, POSIX::WNOHANG()) != 0;
 			Time::HiRes::sleep(0.1);
 		}
-		close $up if $up;
+		last unless $up;
 	}
-	return ($amqp_port, $pgid, $up ? 1 : 0, $opts{tls} ? ($tls_port, "$rdir/ca.pem") : ());
+	return ($amqp_port, $pgid, $up, $opts{tls} ? ($tls_port, "$rdir/ca.pem") : ());
 }
 
 # A CA and a server certificate for 127.0.0.1 that it signed, in $dir (the
