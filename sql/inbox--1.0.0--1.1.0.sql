@@ -326,6 +326,7 @@ DECLARE
 	retry_at timestamptz;
 	retry_span interval;
 	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
+	failed_id text;
 BEGIN
 	-- No months, and days of 24 hours: the delay is as long as it was
 	-- checked to be (src/keys.c)
@@ -354,7 +355,7 @@ BEGIN
 		   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
 		   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id)
 		   AND e.state = 'r' AND e.owner_session = me
-		RETURNING e.state INTO new_state;
+		RETURNING e.state, e.message_id INTO new_state, failed_id;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
 		END IF;
@@ -367,10 +368,14 @@ BEGIN
 		 WHERE e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'
-		RETURNING e.state INTO new_state;
+		RETURNING e.state, e.message_id INTO new_state, failed_id;
 		IF NOT FOUND THEN
 			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
 		END IF;
+	END IF;
+	-- A dead head holds its group, or leaves it (inbox.group_dead)
+	IF new_state OPERATOR(pg_catalog.=) 'x' THEN
+		PERFORM inbox.group_dead(p_scope, failed_id);
 	END IF;
 	PERFORM inbox.count_failure(p_scope);
 	RETURN inbox.state_name(new_state);
@@ -1060,6 +1065,10 @@ BEGIN
 	 WHERE w.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	DELETE FROM inbox.content_duplicates AS d
 	 WHERE d.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.group_members AS m
+	 WHERE m.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
+	DELETE FROM inbox.groups AS g
+	 WHERE g.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	DELETE FROM inbox.scopes AS s
 	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
@@ -1130,6 +1139,13 @@ BEGIN
 			USING ERRCODE = 'feature_not_supported',
 				  DETAIL = 'A claim delegated to a worker would read neither the windows nor the contents they have seen.',
 				  HINT = 'Turn the windows off first: inbox_set_content_window(scope, NULL, ''off'').';
+	END IF;
+	-- The groups order entries that would move to the workers (section 4)
+	IF EXISTS (SELECT FROM inbox.group_members) THEN
+		RAISE EXCEPTION 'inbox_distribute cannot distribute an inbox with messages in ordered groups'
+			USING ERRCODE = 'feature_not_supported',
+				  DETAIL = 'The groups are kept on the coordinator, and would no longer commit with the entries they order.',
+				  HINT = 'Let the grouped messages be processed (or drop their scopes) first.';
 	END IF;
 
 	-- The business table, distributed by hash on a text column of collation "C"
@@ -2337,3 +2353,513 @@ SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_stats');
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_dead_letters');
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_routes');
 SELECT inbox.bundle_add('operator', 'function', '@extschema@.outbox_requeue(uuid)');
+
+/* ------------------------------------------------------------------------
+ * Ordered groups
+ *
+ * inbox_receive and inbox_receive_many take a group key; a scope's takes
+ * hand out one message of a group at a time, in the order the receives
+ * committed.  inbox_set_group_dead_letters says whether a dead letter
+ * holds its group; inbox_dead_letters shows each one's group.  The
+ * receive functions of 1.0.0 are replaced by one form per payload type
+ * with the new argument last, which every call of 1.0.0 resolves to: each
+ * keeps the EXECUTE privileges its predecessors had, granted here as
+ * inbox.bundle_add grants, so that they stay the administrator's.
+ * inbox.limits() gives the group key's limit too.  The functions are those
+ * of inbox.sql, word for word.
+ * ------------------------------------------------------------------------ */
+
+ALTER TABLE inbox.scopes ADD COLUMN group_dead_letters text COLLATE "C";
+ALTER TABLE inbox.scopes ADD CONSTRAINT scopes_group_dead_letters_check
+	CHECK (group_dead_letters IN ('block', 'skip'));
+
+DROP FUNCTION inbox.limits();
+CREATE FUNCTION inbox.limits(OUT scope_bytes integer, OUT message_id_bytes integer,
+							 OUT payload_hash_bytes integer, OUT group_key_bytes integer)
+AS 'MODULE_PATHNAME', 'inbox_limits'
+LANGUAGE C IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * Ordered groups.  A message received with a group_key belongs to the
+ * group (scope, group_key), and a scope's takes hand out at most one
+ * message of a group at a time: its head, the member received first.
+ *
+ *	inbox.groups         one row per group that has messages: the last
+ *	                     position given; its row lock orders the group's
+ *	                     receives and releases
+ *	inbox.group_members  one row per message of a group not yet done:
+ *	                     pending, processing or dead; a dead one that its
+ *	                     scope skipped is kept (skipped), out of the order
+ *
+ * Only a group's head can be taken: every other member is pending with no
+ * due (NULL), and a take reads the open index only for dues up to now, so
+ * it never sees one.  The head leaves its group when it is completed
+ * (its member row is deleted), or when it dies in a scope whose
+ * group_dead_letters is 'skip' (its row is marked skipped, so that the
+ * dead letter still shows its group); the same transaction gives the
+ * next member its due (now()), so that a take sees the next member once
+ * that transaction commits, and never if it aborts.  A skipped dead
+ * letter that inbox_requeue gives back leaves its group, and is taken on
+ * its own.  A head that fails with a retry delay
+ * stays the head, due at its retry: nothing behind it overtakes it.  A
+ * head whose session or lease ends is taken again, as any message.  A
+ * dead head in a scope that blocks ('block', the default) holds its group
+ * until inbox_requeue gives it back, or the scope is set to 'skip'.
+ *
+ * Receive order is commit order.  A receive takes its message's position
+ * with an upsert of its group's row (last = last + 1), whose lock it holds
+ * until it ends, as outbox_send does for its keys; a new member is due
+ * only if no member precedes it, which it checks in a statement after
+ * the upsert.  A release updates the same row before it looks for the
+ * next member.  So a receive still running holds a release back until it
+ * commits, and the release then sees its member; a release that runs
+ * first holds the receive back, which then finds no member before its
+ * own.  A group's row goes when its last member leaves, in the release
+ * that holds it: a receive waiting for it then writes a new one, and
+ * positions start over in a group with no member.  So inbox.groups holds
+ * the groups that have messages, not every group key ever used.
+ * Under REPEATABLE READ or SERIALIZABLE, whichever comes second
+ * fails with a serialization failure (40001) instead of reading an old
+ * snapshot: both write the row.  A transaction that receives into one
+ * group and releases another while a second transaction does the reverse
+ * can deadlock; PostgreSQL then aborts one of them.
+ */
+CREATE TABLE inbox.groups (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	group_key text COLLATE pg_catalog."C" NOT NULL,
+	last bigint NOT NULL,
+	CONSTRAINT groups_pkey PRIMARY KEY (scope, group_key),
+	CONSTRAINT groups_group_key_length
+		CHECK (pg_catalog.octet_length(group_key) BETWEEN 1 AND 1024)
+);
+
+COMMENT ON TABLE inbox.groups IS
+'per ordered group of the deferred mode, the last position given: the row lock that orders its receives';
+
+REVOKE ALL ON TABLE inbox.groups FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.groups', '');
+
+CREATE TABLE inbox.group_members (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	message_id text COLLATE pg_catalog."C" NOT NULL,
+	group_key text COLLATE pg_catalog."C" NOT NULL,
+	position bigint NOT NULL,
+	skipped boolean NOT NULL DEFAULT false,
+	CONSTRAINT group_members_pkey PRIMARY KEY (scope, message_id),
+	CONSTRAINT group_members_order UNIQUE (scope, group_key, position)
+);
+
+COMMENT ON TABLE inbox.group_members IS
+'the messages still in their ordered group, by position: the first is the head, the only one a take can see';
+
+REVOKE ALL ON TABLE inbox.group_members FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.group_members', '');
+
+/*
+ * inbox.group_enqueue(scope, message_ids, group_keys): put messages just
+ * received into their groups, in the arrays' order (NULL keys: no group).
+ * The groups are locked in byte order, all at once, so that two batches
+ * over the same groups never wait on each other in a circle.
+ */
+CREATE FUNCTION inbox.group_enqueue(p_scope text, p_ids text[], p_keys text[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	WITH items AS (
+		SELECT u.id, u.k, u.i,
+			   pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS r,
+			   pg_catalog.count(*) OVER (PARTITION BY u.k) AS c
+		  FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_keys))
+			   WITH ORDINALITY AS u(id, k, i)
+		 WHERE u.k IS NOT NULL),
+	locked AS (
+		INSERT INTO inbox.groups AS g (scope, group_key, last)
+		SELECT p_scope, d.k, d.c
+		  FROM (SELECT DISTINCT it.k COLLATE "C" AS k, it.c FROM items AS it ORDER BY 1) AS d
+		ON CONFLICT ON CONSTRAINT groups_pkey DO UPDATE
+		   SET last = g.last OPERATOR(pg_catalog.+) EXCLUDED.last
+		RETURNING g.group_key, g.last)
+	INSERT INTO inbox.group_members AS m (scope, message_id, group_key, position)
+	SELECT p_scope, it.id, it.k,
+		   l.last OPERATOR(pg_catalog.-) it.c OPERATOR(pg_catalog.+) it.r
+	  FROM items AS it
+	  JOIN locked AS l ON l.group_key OPERATOR(pg_catalog.=) it.k COLLATE "C";
+
+	-- A statement of its own, whose snapshot sees the releases that
+	-- committed while the upsert waited: a member behind another waits.
+	UPDATE inbox.entries AS e
+	   SET due = NULL
+	  FROM inbox.group_members AS m
+	 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND m.message_id OPERATOR(pg_catalog.=) ANY (p_ids)
+	   AND EXISTS (SELECT FROM inbox.group_members AS o
+				   WHERE o.scope OPERATOR(pg_catalog.=) m.scope
+					 AND o.group_key OPERATOR(pg_catalog.=) m.group_key
+					 AND o.position OPERATOR(pg_catalog.<) m.position
+					 AND NOT o.skipped)
+	   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) m.message_id
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, m.message_id);
+END
+$$;
+
+/*
+ * inbox.group_leave(scope, message_id, receipt, skip): the message (or
+ * the one the receipt holds) leaves its group: deleted from it, or kept
+ * as skipped (skip); the group's next member becomes due.  Nothing for a
+ * message in no group.
+ */
+CREATE FUNCTION inbox.group_leave(p_scope text, p_id text, p_receipt uuid, p_skip boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	id text := p_id;
+	g text;
+	next_id text;
+BEGIN
+	IF id IS NULL THEN
+		SELECT e.message_id INTO id FROM inbox.entries AS e
+		 WHERE e.receipt OPERATOR(pg_catalog.=) p_receipt
+		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND e.state OPERATOR(pg_catalog.=) 'r'::"char";
+		IF NOT FOUND THEN
+			RETURN;
+		END IF;
+	END IF;
+	IF p_skip THEN
+		UPDATE inbox.group_members AS m SET skipped = true
+		 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND m.message_id OPERATOR(pg_catalog.=) id COLLATE "C"
+		   AND NOT m.skipped
+		RETURNING m.group_key INTO g;
+	ELSE
+		DELETE FROM inbox.group_members AS m
+		 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND m.message_id OPERATOR(pg_catalog.=) id COLLATE "C"
+		RETURNING m.group_key INTO g;
+	END IF;
+	IF NOT FOUND THEN
+		RETURN;
+	END IF;
+	-- Written, not only locked: see the banner
+	UPDATE inbox.groups AS r SET last = r.last
+	 WHERE r.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND r.group_key OPERATOR(pg_catalog.=) g COLLATE "C";
+	SELECT m.message_id INTO next_id FROM inbox.group_members AS m
+	 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND m.group_key OPERATOR(pg_catalog.=) g COLLATE "C"
+	   AND NOT m.skipped
+	 ORDER BY m.position
+	 LIMIT 1;
+	IF NOT FOUND THEN
+		-- The group's last message left it: so does its row, which this
+		-- transaction holds, so that no receive adds a member meanwhile
+		DELETE FROM inbox.groups AS r
+		 WHERE r.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+		   AND r.group_key OPERATOR(pg_catalog.=) g COLLATE "C"
+		   AND NOT EXISTS (SELECT FROM inbox.group_members AS m
+							WHERE m.scope OPERATOR(pg_catalog.=) r.scope
+							  AND m.group_key OPERATOR(pg_catalog.=) r.group_key);
+		RETURN;
+	END IF;
+	-- Its due moves below the scope's front: the front must hear of it
+	-- (src/front.c), and the takes waiting on the scope wake at commit
+	PERFORM inbox.wake_takers(p_scope);
+	UPDATE inbox.entries AS e
+	   SET due = pg_catalog.now()
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) next_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, next_id)
+	   AND e.state OPERATOR(pg_catalog.=) 'p'::"char"
+	   AND e.due IS NULL;
+END
+$$;
+
+-- A message just dead: it leaves its group where the scope skips dead letters
+CREATE FUNCTION inbox.group_dead(p_scope text, p_id text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF (SELECT s.group_dead_letters FROM inbox.scopes AS s
+		 WHERE s.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C") OPERATOR(pg_catalog.=) 'skip' THEN
+		PERFORM inbox.group_leave(p_scope, p_id, NULL, true);
+	END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_set_group_dead_letters(scope text, action text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	dead text;
+BEGIN
+	PERFORM inbox.check_key(inbox_set_group_dead_letters.scope, NULL, false);
+	IF inbox_set_group_dead_letters.action NOT IN ('block', 'skip') THEN
+		RAISE EXCEPTION 'action must be ''block'' or ''skip'''
+			USING ERRCODE = '22023',
+				  DETAIL = format('It is "%s".', inbox.quote(inbox_set_group_dead_letters.action)),
+				  HINT = 'Pass NULL to go back to the default, ''block''.';
+	END IF;
+	INSERT INTO inbox.scopes AS s (scope, group_dead_letters)
+	VALUES (inbox_set_group_dead_letters.scope, inbox_set_group_dead_letters.action)
+	ON CONFLICT (scope) DO UPDATE SET group_dead_letters = EXCLUDED.group_dead_letters;
+	IF inbox_set_group_dead_letters.action OPERATOR(pg_catalog.=) 'skip' THEN
+		FOR dead IN
+			SELECT m.message_id FROM inbox.group_members AS m
+			  JOIN inbox.entries AS e
+				ON e.scope OPERATOR(pg_catalog.=) m.scope
+			   AND e.message_id OPERATOR(pg_catalog.=) m.message_id
+			   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(m.scope, m.message_id)
+			 WHERE m.scope OPERATOR(pg_catalog.=) inbox_set_group_dead_letters.scope COLLATE "C"
+			   AND NOT m.skipped
+			   AND e.state OPERATOR(pg_catalog.=) 'x'::"char"
+			 ORDER BY m.group_key, m.position
+		LOOP
+			PERFORM inbox.group_leave(inbox_set_group_dead_letters.scope, dead, NULL, true);
+		END LOOP;
+	END IF;
+END
+$$;
+
+-- A dead letter its group skipped goes back on its own
+CREATE OR REPLACE FUNCTION inbox.inbox_requeue(scope text, message_id text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
+	PERFORM inbox.wake_takers(inbox_requeue.scope);
+	UPDATE inbox.entries AS e
+	   SET state = 'p', attempts = 0, due = now(), finished_at = NULL,
+		   owner_session = NULL, lease_until = NULL, receipt = NULL
+	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
+	   AND e.state = 'x';
+	IF NOT FOUND THEN
+		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
+	END IF;
+	-- A dead letter its group skipped is taken on its own; one that holds
+	-- its group is its head again
+	DELETE FROM inbox.group_members AS m
+	 WHERE m.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	   AND m.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
+	   AND m.skipped;
+END
+$$;
+
+CREATE FUNCTION inbox.group_keys()
+RETURNS TABLE (scope text, message_id text, group_key text)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT m.scope, m.message_id, m.group_key FROM inbox.group_members AS m
+$$;
+
+CREATE OR REPLACE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
+	SELECT d.scope COLLATE "C" AS scope, d.message_id COLLATE "C" AS message_id,
+		   d.attempts, d.last_error, d.received_at, d.died_at, d.payload, d.payload_bytes,
+		   g.group_key COLLATE "C" AS group_key
+	  FROM inbox.dead_letters() AS d
+	  LEFT JOIN inbox.group_keys() AS g
+		ON g.scope OPERATOR(pg_catalog.=) d.scope AND g.message_id OPERATOR(pg_catalog.=) d.message_id
+	 WHERE inbox.scope_visible(d.scope);
+
+COMMENT ON VIEW @extschema@.inbox_dead_letters IS
+'messages that used all their attempts; inbox_requeue puts one back';
+
+-- The receives: one form per payload type, with group_key
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea DEFAULT NULL,
+									not_before timestamptz DEFAULT NULL,
+									group_key text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea DEFAULT NULL,
+									not_before timestamptz DEFAULT NULL,
+									group_key text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise',
+										 group_keys text[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise',
+										 group_keys text[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
+'implementation behind the API function of the same name; call that one';
+
+DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea);
+DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea);
+DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz);
+DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz);
+DROP FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text);
+DROP FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text);
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
+										  payload_hash bytea DEFAULT NULL,
+										  not_before timestamptz DEFAULT NULL,
+										  group_key text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
+'store a message as pending, not to be taken before not_before, behind the earlier messages of its group: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
+
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
+										  payload_hash bytea DEFAULT NULL,
+										  not_before timestamptz DEFAULT NULL,
+										  group_key text DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+'store a binary message (EDI, protobuf, ...) as pending, as the jsonb form does';
+
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise',
+											   group_keys text[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
+
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise',
+											   group_keys text[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
+'store a batch of binary messages as pending: one row per id';
+
+CREATE FUNCTION @extschema@.inbox_set_group_dead_letters(scope text, action text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_set_group_dead_letters(text, text) IS
+'what a dead letter does to its ordered group: ''block'' (the default) holds the group until inbox_requeue, ''skip'' lets the next message go';
+
+REVOKE ALL ON FUNCTION inbox.group_enqueue(text, text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.group_leave(text, text, uuid, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.group_dead(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_set_group_dead_letters(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+
+/*
+ * inbox.replace_receive(new, old): new takes the place of the functions
+ * old in their bundle, and is granted to every role old's EXECUTE was
+ * granted to; its initial privileges stay as this script set them, so
+ * that pg_dump dumps those grants (see inbox.bundle_add).  Then old goes.
+ */
+CREATE FUNCTION inbox.replace_receive(p_new text, p_old regprocedure[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	init pg_catalog.pg_init_privs;
+	grant_sql text;
+	old regprocedure;
+BEGIN
+	SELECT i.* INTO init FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
+	FOR grant_sql IN
+		SELECT DISTINCT pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', p_new::regprocedure,
+										  CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+											   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END,
+										  CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+		  FROM pg_catalog.unnest(p_old) AS o(f)
+		  JOIN pg_catalog.pg_proc AS p ON p.oid = o.f
+		 CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS x
+		 WHERE x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
+	LOOP
+		EXECUTE grant_sql;
+	END LOOP;
+	DELETE FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
+	IF init.objoid IS NOT NULL THEN
+		INSERT INTO pg_catalog.pg_init_privs VALUES (init.*);
+	END IF;
+	DELETE FROM inbox.bundle_objects AS b
+	 WHERE b.object_type = 'function'
+	   AND inbox.bundle_object_oid(b.object_type, b.object) = ANY (p_old::oid[]);
+	INSERT INTO inbox.bundle_objects (bundle, object_type, object)
+	VALUES ('receiver', 'function', p_new);
+	FOREACH old IN ARRAY p_old
+	LOOP
+		EXECUTE pg_catalog.format('DROP FUNCTION %s', old);
+	END LOOP;
+END
+$$;
+
+SELECT inbox.replace_receive('@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text)',
+							 ARRAY['@extschema@.inbox_receive(text, text, jsonb, bytea)',
+								   '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz)']::regprocedure[]);
+SELECT inbox.replace_receive('@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text)',
+							 ARRAY['@extschema@.inbox_receive(text, text, bytea, bytea)',
+								   '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz)']::regprocedure[]);
+SELECT inbox.replace_receive('@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[])',
+							 ARRAY['@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text)']::regprocedure[]);
+SELECT inbox.replace_receive('@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[])',
+							 ARRAY['@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text)']::regprocedure[]);
+DROP FUNCTION inbox.replace_receive(text, regprocedure[]);

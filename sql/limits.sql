@@ -20,6 +20,7 @@ SELECT count(*) AS constraints_checked,
                                            WHEN 'message_id' THEN l.message_id_bytes
                                            WHEN 'stream' THEN l.message_id_bytes
                                            WHEN 'payload_hash' THEN l.payload_hash_bytes
+                                           WHEN 'group_key' THEN l.group_key_bytes
                                            WHEN 'grantee' THEN 63
                                            WHEN 'topic' THEN o.topic_bytes
                                            WHEN 'key' THEN o.key_bytes

@@ -58,6 +58,7 @@
 #include "conflicts.h"
 #include "direct.h"
 #include "events.h"
+#include "groups.h"
 #include "inbox.h"
 #include "keys.h"
 #include "spi.h"
@@ -537,11 +538,14 @@ claim_payload_digest(Datum payload, bool is_jsonb)
 
 /*
  * inbox_receive(scope text, message_id text, payload jsonb|bytea,
- *				 payload_hash bytea, not_before timestamptz) -> boolean
+ *				 payload_hash bytea, not_before timestamptz, group_key text)
+ *		-> boolean
  *
  * Store the message as pending, to be taken later by inbox_take.  True if
  * new; false (or IB001) if the key exists in any state; IB002 if it exists
  * with another payload hash.  The SQL overloads pick the payload's type.
+ * A new message with a group key joins its group (groups.c).  1.0.0's SQL
+ * has neither of the last two arguments, or only not_before.
  */
 Datum
 inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
@@ -549,6 +553,7 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
 	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 3);
+	text	   *group_key = inbox_group_key_arg(fcinfo, 5);
 	Datum		payload;
 	Datum		values[6];
 	char		nulls[6] = {' ', ' ', ' ', 'n', 'n', 'n'};
@@ -571,7 +576,7 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	values[3] = values[4] = (Datum) 0;
 	values[is_jsonb ? 3 : 4] = payload;
 	nulls[is_jsonb ? 3 : 4] = ' ';
-	/* not_before, in the 1.0.0 overloads that have it */
+	/* not_before, in every form but the shortest of 1.0.0 */
 	values[5] = (Datum) 0;
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{
@@ -583,6 +588,8 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	inbox_spi_connect();
 	kp = key_plans(scope, message_id, legacy);
 	received = claim_key(&kp, KEY_RECEIVE, values, nulls, scope, message_id, payload_hash);
+	if (received && group_key != NULL)
+		inbox_group_enqueue_one(scope, message_id, group_key);
 	SPI_finish();
 	if (received)
 		inbox_scope_touched(inbox_scope_leaf(scope), scope,

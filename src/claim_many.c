@@ -34,6 +34,7 @@
 #include "direct.h"
 #include "distributed.h"
 #include "events.h"
+#include "groups.h"
 #include "inbox.h"
 #include "keys.h"
 #include "spi.h"
@@ -64,6 +65,7 @@ typedef struct Batch
 	struct BatchItem *items;	/* they, in the order given */
 	bool		raise;			/* on_mismatch = 'raise' */
 	Datum		not_before;		/* receives only; 0 if none */
+	text	  **group_keys;		/* receives only: per id, NULL for none */
 	const char *done;			/* the status of an id written: claimed, received */
 	SPIPlanPtr	insert;			/* its INSERT's plan; NULL: one per id */
 } Batch;
@@ -506,7 +508,8 @@ on_mismatch_arg(FunctionCallInfo fcinfo, int argno)
 /*
  * The batch's arguments, every one checked before anything is written:
  * claim (scope, ids, hashes, on_mismatch); receive (scope, ids, payloads,
- * hashes, not_before, on_mismatch).
+ * hashes, not_before, on_mismatch, group_keys), 1.0.0's SQL without the
+ * last.
  */
 static void
 batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
@@ -535,6 +538,7 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 	if (batch->not_before != (Datum) 0)
 		inbox_check_not_before(DatumGetTimestampTz(batch->not_before));
 	batch->done = receive ? "received" : "claimed";
+	batch->group_keys = NULL;
 
 	n = array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);
 	if (n == 0)
@@ -576,6 +580,31 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 					 errmsg("payload_hashes must have one element per message id"),
 					 errdetail("There are %d message ids and %d payload hashes.", n, nhashes),
 					 errhint("Pass NULL for payload_hashes to skip the content check, or NULL elements for some ids.")));
+	}
+
+	if (receive && PG_NARGS() > 6 && !PG_ARGISNULL(6))
+	{
+		Datum	   *keys;
+		bool	   *key_nulls;
+		int			nkeys = array_arg(fcinfo, 6, "group_keys", TEXTOID, &keys, &key_nulls);
+
+		if (nkeys != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("group_keys must have one element per message id"),
+					 errdetail("There are %d message ids and %d group keys.", n, nkeys),
+					 errhint("Pass NULL elements for the ids that belong to no group.")));
+		inbox_refuse_if_distributed(INBOX_REFUSE_GROUPS);
+		batch->group_keys = palloc0(sizeof(text *) * n);
+		for (i = 0; i < n; i++)
+		{
+			char		name[32];
+
+			snprintf(name, sizeof(name), "group_keys[%d]", i + 1);
+			if (!key_nulls[i])
+				batch->group_keys[i] = inbox_check_key_datum(keys[i], false, name,
+															 INBOX_MAX_GROUP_KEY_BYTES);
+		}
 	}
 
 	batch->n = n;
@@ -690,6 +719,37 @@ batch_plans(Batch *batch)
 		batch->insert = batch->kind != BATCH_CLAIM ? *receive_plan : insert_many_plan;
 }
 
+/*
+ * The ids this batch received that have a group key join their groups, in
+ * the order given (groups.c).  SPI must be connected.
+ */
+static void
+batch_groups(Batch *batch)
+{
+	Datum	   *ids;
+	Datum	   *keys;
+	int			n = 0;
+	int			i;
+
+	if (batch->group_keys == NULL)
+		return;
+	ids = palloc(sizeof(Datum) * batch->n);
+	keys = palloc(sizeof(Datum) * batch->n);
+	for (i = 0; i < batch->n; i++)
+	{
+		BatchItem  *item = &batch->items[i];
+
+		if (batch->group_keys[i] == NULL || item->first != i || item->status != batch->done)
+			continue;
+		ids[n] = PointerGetDatum(item->message_id);
+		keys[n++] = PointerGetDatum(batch->group_keys[i]);
+	}
+	if (n > 0)
+		inbox_group_enqueue(batch->scope,
+							PointerGetDatum(construct_array(ids, n, TEXTOID, -1, false, TYPALIGN_INT)),
+							PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT)));
+}
+
 /* One row per id given, in the order given */
 static void
 batch_results(FunctionCallInfo fcinfo, Batch *batch)
@@ -755,6 +815,7 @@ claim_many(FunctionCallInfo fcinfo, BatchKind kind)
 		CHECK_FOR_INTERRUPTS();
 	}
 	batch_window(&batch);
+	batch_groups(&batch);
 	SPI_finish();
 	if (kind != BATCH_CLAIM)
 		inbox_scope_touched(inbox_scope_leaf(batch.scope), batch.scope,
@@ -773,12 +834,13 @@ inbox_claim_many_1_0(PG_FUNCTION_ARGS)
 /*
  * inbox_receive_many(scope text, message_ids text[], payloads jsonb[] or
  *					  bytea[], payload_hashes bytea[], not_before timestamptz,
- *					  on_mismatch text)
+ *					  on_mismatch text, group_keys text[])
  *		-> SETOF (ordinality integer, message_id text, status text)
  *
  * inbox_claim_many's arbitration for a batch of receives: status
  * 'received' (stored as pending), 'duplicate' or 'mismatch'.  A payload
- * hash not given is the payload's, as for inbox_receive.
+ * hash not given is the payload's, as for inbox_receive.  An id received
+ * with a group key joins its group, in the order of the arrays.
  */
 Datum
 inbox_receive_many_json(PG_FUNCTION_ARGS)

@@ -73,6 +73,7 @@
 #include "events.h"
 #include "distributed.h"
 #include "front.h"
+#include "groups.h"
 #include "inbox.h"
 #include "keys.h"
 #include "session.h"
@@ -430,6 +431,7 @@ take_round(TakeCall *call, int *candidates)
 			values[1] = message_id;
 			values[2] = TimestampTzGetDatum(now);
 			(void) execute(LEAF_DIE, call->leaf, values, NULL, SPI_OK_UPDATE);
+			inbox_group_dead(call->scope, message_id);
 			continue;
 		}
 
@@ -669,6 +671,8 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	leaf = inbox_scope_leaf(scope);
 	/* It locks an open message: an abort must reach the front (front.c) */
 	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
+	/* Its group's next message becomes due (groups.c) */
+	inbox_group_leave(scope, message_id, NULL);
 
 	/* Without the planner where it may (direct.c), else the kept plan */
 	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
@@ -716,6 +720,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 
 	leaf = inbox_scope_leaf(scope);
 	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
+	inbox_group_leave(scope, NULL, receipt);
 
 	/* As inbox_complete by message id: direct.c where it may */
 	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))

@@ -113,6 +113,13 @@ static const Refusal refusals[] = {
 		"made on the workers.",
 		"Use the outbox in a database whose inbox is not distributed; docs/scale-out.md says more."
 	},
+	[INBOX_REFUSE_GROUPS] = {
+		"receive into an ordered group (group_key) on a distributed inbox",
+		"The groups' tables are local to the coordinator: the release of a group's head and the due of "
+		"its next message would not commit with the entries they order, which live on the workers.",
+		"Receive without group_key, or keep the ordered scopes in a database whose inbox is not "
+		"distributed; docs/scale-out.md says more."
+	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */

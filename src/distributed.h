@@ -22,7 +22,8 @@ typedef enum InboxRefusal
 	INBOX_REFUSE_SESSION_SETTING,
 	INBOX_REFUSE_PURGE_ON_WORKER,
 	INBOX_REFUSE_CONTENT_WINDOW,
-	INBOX_REFUSE_OUTBOX
+	INBOX_REFUSE_OUTBOX,
+	INBOX_REFUSE_GROUPS
 } InboxRefusal;
 
 extern bool inbox_entries_distributed(void);

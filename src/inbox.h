@@ -44,6 +44,12 @@
 #define INBOX_MAX_HASH_BYTES		64
 
 /*
+ * A group key of the deferred mode (sql/inbox.sql, section 4) is named
+ * like a message id; inbox.groups' CHECK repeats the limit.
+ */
+#define INBOX_MAX_GROUP_KEY_BYTES	1024
+
+/*
  * Limits of the outbox (sql/inbox.sql, section 11), in the same style: a
  * topic is named like a scope, a key like a message id, both within one
  * btree entry with room to spare; a target is a URL, which the relay

@@ -488,7 +488,8 @@ inbox_quote_sql(PG_FUNCTION_ARGS)
 }
 
 /*
- * inbox.limits() -> (scope_bytes, message_id_bytes, payload_hash_bytes):
+ * inbox.limits() -> (scope_bytes, message_id_bytes, payload_hash_bytes,
+ *					  group_key_bytes):
  * the limits the C code enforces, so that a test can compare them with the
  * CHECK constraints of the tables, which must say the same.
  */
@@ -498,8 +499,8 @@ Datum
 inbox_limits(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[3];
-	bool		nulls[3] = {false, false, false};
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -507,5 +508,7 @@ inbox_limits(PG_FUNCTION_ARGS)
 	values[0] = Int32GetDatum(INBOX_MAX_SCOPE_BYTES);
 	values[1] = Int32GetDatum(INBOX_MAX_MESSAGE_ID_BYTES);
 	values[2] = Int32GetDatum(INBOX_MAX_HASH_BYTES);
+	/* Not in 1.0.0's SQL, whose row has the first three only */
+	values[3] = Int32GetDatum(INBOX_MAX_GROUP_KEY_BYTES);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

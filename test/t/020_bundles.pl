@@ -34,7 +34,7 @@ use Test::More;
 
 # The public functions that no bundle holds: the owner's alone.
 my @owner_only = qw(
-  inbox_set_max_attempts inbox_set_retention inbox_set_content_window inbox_drop_scope
+  inbox_set_max_attempts inbox_set_group_dead_letters inbox_set_retention inbox_set_content_window inbox_drop_scope
   inbox_grant inbox_revoke inbox_grant_bundle inbox_revoke_bundle
   inbox_purge inbox_stats_reset
   inbox_forget inbox_forget_range inbox_allow_forget inbox_disallow_forget
@@ -319,7 +319,7 @@ $node->safe_psql('later', q{
 	CREATE ROLE later_receiver;
 	CREATE ROLE later_partial;
 	SELECT inbox_grant_bundle('later_receiver', 'receiver');
-	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea) TO later_partial;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text) TO later_partial;
 	CREATE FUNCTION inbox_receive_later(scope text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
 	REVOKE ALL ON FUNCTION inbox_receive_later(text) FROM PUBLIC;
 	SELECT inbox.bundle_add('receiver', 'function', 'public.inbox_receive_later(text)');
@@ -355,6 +355,58 @@ IPC::Run::run([ 'pg_dump', '--schema-only', '-d', $node->connstr('from_1_0') ], 
   or die 'pg_dump failed';
 like($dump, qr/GRANT SELECT ON TABLE \w+\.inbox_bundles TO old_operator;/,
 	'pg_dump dumps the grant the update gave, so that a restore keeps it');
+
+
+# 1.1.0 replaces 1.0.0's receive functions by one form per payload type
+# with group_key last: the roles that could execute the old forms can
+# execute the new one, and pg_dump keeps those grants.
+$node->safe_psql('from_1_0', q{
+	DROP EXTENSION inbox;
+	CREATE EXTENSION inbox VERSION '1.0.0';
+	CREATE ROLE old_receiver LOGIN;
+	CREATE ROLE old_partial LOGIN;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea),
+		inbox_receive(text, text, jsonb, bytea, timestamptz),
+		inbox_receive(text, text, bytea, bytea),
+		inbox_receive(text, text, bytea, bytea, timestamptz),
+		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text),
+		inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) TO old_receiver;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, bytea, bytea) TO old_partial WITH GRANT OPTION;
+	ALTER EXTENSION inbox UPDATE TO '1.1.0';
+});
+is( $node->safe_psql('from_1_0', q{
+		SELECT string_agg(p.oid::regprocedure::text || '=' || has_function_privilege('old_receiver', p.oid, 'EXECUTE')
+						  || '/' || has_function_privilege('old_partial', p.oid, 'EXECUTE'), ' ' ORDER BY 1)
+		  FROM pg_proc p
+		 WHERE p.proname IN ('inbox_receive', 'inbox_receive_many') AND p.pronamespace = 'public'::regnamespace}),
+	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text)=true/true '
+	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text)=true/false '
+	  . 'inbox_receive_many(text,text[],bytea[],bytea[],timestamp with time zone,text,text[])=true/false '
+	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[])=true/false',
+	'the update leaves one receive per payload type, each granted to the roles that could execute its 1.0.0 forms');
+is( $node->safe_psql('from_1_0', q{
+		SELECT string_agg(object, ' ' ORDER BY object) FROM inbox_bundles WHERE bundle = 'receiver'}),
+	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text) '
+	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text) '
+	  . 'inbox_receive_many(text,text[],bytea[],bytea[],timestamp with time zone,text,text[]) '
+	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[])',
+	'the receiver bundle holds the new forms');
+my ($rok, $rout, $rerr) = (0, '', '');
+$rok = $node->psql('from_1_0', q{SELECT inbox_receive('g', 'm-1', '{}'::jsonb, group_key => 'k')},
+	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'old_receiver' ]);
+is("$rok|$rout", '0|t', 'a role granted the receive on 1.0.0 receives into a group after the update')
+  or diag($rerr);
+$dump = '';
+IPC::Run::run([ 'pg_dump', '--schema-only', '-d', $node->connstr('from_1_0') ], '>', \$dump)
+  or die 'pg_dump failed';
+like(
+	$dump,
+	qr/GRANT ALL ON FUNCTION \w+\.inbox_receive\(scope text, message_id text, payload jsonb, payload_hash bytea, not_before timestamp with time zone, group_key text\) TO old_receiver;/,
+	'pg_dump dumps the grants the update carried over');
+like(
+	$dump,
+	qr/GRANT ALL ON FUNCTION \w+\.inbox_receive\(scope text, message_id text, payload bytea, [^)]*\) TO old_partial WITH GRANT OPTION;/,
+	'with their grant option');
 
 $node->stop;
 done_testing();

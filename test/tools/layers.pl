@@ -37,6 +37,7 @@ my @layers = (
 		[ outbox => qw(outbox.c outbox.h) ],
 		[ guard => qw(guard.c) ],
 		[ window => qw(window.c window.h) ],
+		[ groups => qw(groups.c groups.h) ],
 	],
 	[
 		engine =>
