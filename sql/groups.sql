@@ -58,7 +58,7 @@ SELECT inbox_receive('ordered', 'o7-created', '{"order": 7, "event": "created"}'
 SELECT inbox_receive('ordered', 'audit-1', '{"audit": 1}'::jsonb);
 SELECT * FROM regress.members('ordered');
 BEGIN;
-SELECT regress.take_ids('ordered');
+SELECT message_id, group_key FROM inbox_take('ordered', 100) ORDER BY 1;
 -- While the head is held, nothing more of its group
 SELECT regress.take_ids('ordered');
 SELECT inbox_complete('ordered', 'o42-created');
@@ -127,8 +127,8 @@ SELECT inbox_set_max_attempts('ordered', NULL);
 -- By receipt: a poll's completion releases the group too
 SELECT inbox_receive('ordered', 'o5-a', '{}'::jsonb, group_key => 'order-5');
 SELECT inbox_receive('ordered', 'o5-b', '{}'::jsonb, group_key => 'order-5');
-CREATE TABLE regress.held AS SELECT message_id, receipt FROM inbox_poll('ordered', 10, lease => '1 minute');
-SELECT message_id FROM regress.held ORDER BY 1;
+CREATE TABLE regress.held AS SELECT message_id, receipt, group_key FROM inbox_poll('ordered', 10, lease => '1 minute');
+SELECT message_id, group_key FROM regress.held ORDER BY 1;
 SELECT count(*) FROM inbox_poll('ordered', 10, lease => '1 minute');
 SELECT inbox_complete('ordered', (SELECT receipt FROM regress.held WHERE message_id = 'o5-a'));
 SELECT message_id FROM inbox_poll('ordered', 10, lease => '1 minute');

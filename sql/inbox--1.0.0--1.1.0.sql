@@ -2359,12 +2359,12 @@ SELECT inbox.bundle_add('operator', 'function', '@extschema@.outbox_requeue(uuid
  *
  * inbox_receive and inbox_receive_many take a group key; a scope's takes
  * hand out one message of a group at a time, in the order the receives
- * committed.  inbox_set_group_dead_letters says whether a dead letter
- * holds its group; inbox_dead_letters shows each one's group.  The
- * receive functions of 1.0.0 are replaced by one form per payload type
- * with the new argument last, which every call of 1.0.0 resolves to: each
- * keeps the EXECUTE privileges its predecessors had, granted here as
- * inbox.bundle_add grants, so that they stay the administrator's.
+ * committed, and return each message's group key, as inbox_dead_letters
+ * does.  inbox_set_group_dead_letters says whether a dead letter holds
+ * its group.  The receive functions of 1.0.0 are replaced by one form per
+ * payload type with the new argument last, which every call of 1.0.0
+ * resolves to, and the takes by forms with the new column: each keeps
+ * the EXECUTE privileges its predecessors had (inbox.replace_api).
  * inbox.limits() gives the group key's limit too.  The functions are those
  * of inbox.sql, word for word.
  * ------------------------------------------------------------------------ */
@@ -2631,6 +2631,9 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) IS
+'implementation behind the API function of the same name; call that one';
+
 -- A dead letter its group skipped goes back on its own
 CREATE OR REPLACE FUNCTION inbox.inbox_requeue(scope text, message_id text)
 RETURNS void
@@ -2680,7 +2683,9 @@ CREATE OR REPLACE VIEW @extschema@.inbox_dead_letters WITH (security_barrier) AS
 COMMENT ON VIEW @extschema@.inbox_dead_letters IS
 'messages that used all their attempts; inbox_requeue puts one back';
 
--- The receives: one form per payload type, with group_key
+-- The implementations of the receives and takes: owner-only, dropped and made again
+DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea);
+DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz);
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
@@ -2690,6 +2695,12 @@ AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea);
+DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz);
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
@@ -2699,6 +2710,11 @@ AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text);
 CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
 										 payload_hashes bytea[] DEFAULT NULL,
 										 not_before timestamptz DEFAULT NULL,
@@ -2709,6 +2725,11 @@ AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text);
 CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
 										 payload_hashes bytea[] DEFAULT NULL,
 										 not_before timestamptz DEFAULT NULL,
@@ -2719,24 +2740,102 @@ AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
-'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
-'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
 'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
 
-DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea);
-DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea);
-DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz);
-DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz);
-DROP FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text);
-DROP FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text);
+DROP FUNCTION inbox.inbox_take(text, integer, interval);
+CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz, group_key text)
+AS 'MODULE_PATHNAME', 'inbox_take_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
 
+COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_poll(text, integer, interval, interval);
+CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT '30 seconds',
+								 wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz, group_key text)
+AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
+
+COMMENT ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
+
+/*
+ * inbox.replace_api(new, old, create): drop the API functions old (new's
+ * own signature when it only changes its result) and run create, which
+ * makes new; new goes into their bundle and is granted to every role
+ * that was granted EXECUTE on any of them.  Its initial privileges stay
+ * as this script sets them (no PUBLIC), so that pg_dump dumps those
+ * grants, as inbox.bundle_add does.
+ */
+CREATE FUNCTION inbox.replace_api(p_new text, p_old text[], p_create text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	grants text[];
+	bundle text;
+	init pg_catalog.pg_init_privs;
+	g text;
+	old text;
+BEGIN
+	SELECT pg_catalog.array_agg(DISTINCT
+			   CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+					ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END
+			   || CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+	  INTO grants
+	  FROM pg_catalog.unnest(p_old) AS o(f)
+	  JOIN pg_catalog.pg_proc AS p ON p.oid = o.f::regprocedure
+	 CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS x
+	 WHERE x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner;
+	SELECT pg_catalog.min(b.bundle) INTO STRICT bundle FROM inbox.bundle_objects AS b
+	 WHERE b.object_type = 'function' AND b.object = ANY (p_old);
+	DELETE FROM inbox.bundle_objects AS b
+	 WHERE b.object_type = 'function' AND b.object = ANY (p_old);
+	FOREACH old IN ARRAY p_old
+	LOOP
+		EXECUTE pg_catalog.format('DROP FUNCTION %s', old);
+	END LOOP;
+	EXECUTE p_create;
+	EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', p_new);
+	SELECT i.* INTO init FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
+	FOREACH g IN ARRAY coalesce(grants, '{}')
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', p_new, g);
+	END LOOP;
+	DELETE FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
+	IF init.objoid IS NOT NULL THEN
+		INSERT INTO pg_catalog.pg_init_privs VALUES (init.*);
+	END IF;
+	INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES (bundle, 'function', p_new);
+END
+$$;
+
+SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text)',
+						 ARRAY['@extschema@.inbox_receive(text, text, jsonb, bytea)',
+							   '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz)'],
+$create$
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
@@ -2744,10 +2843,15 @@ CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload j
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
+$create$);
 COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
 'store a message as pending, not to be taken before not_before, behind the earlier messages of its group: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
 
+
+SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text)',
+						 ARRAY['@extschema@.inbox_receive(text, text, bytea, bytea)',
+							   '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz)'],
+$create$
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
@@ -2755,10 +2859,14 @@ CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload b
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
+$create$);
 COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
 'store a binary message (EDI, protobuf, ...) as pending, as the jsonb form does';
 
+
+SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[])',
+						 ARRAY['@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text)'],
+$create$
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
 											   payload_hashes bytea[] DEFAULT NULL,
 											   not_before timestamptz DEFAULT NULL,
@@ -2767,10 +2875,14 @@ CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], p
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
+$create$);
 COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
 'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
 
+
+SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[])',
+						 ARRAY['@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text)'],
+$create$
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
 											   payload_hashes bytea[] DEFAULT NULL,
 											   not_before timestamptz DEFAULT NULL,
@@ -2779,9 +2891,42 @@ CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], p
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-
+$create$);
 COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
 'store a batch of binary messages as pending: one row per id';
+
+
+SELECT inbox.replace_api('@extschema@.inbox_take(text, integer, interval)',
+						 ARRAY['@extschema@.inbox_take(text, integer, interval)'],
+$create$
+CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz, group_key text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_take(text, integer, interval) IS
+'take up to max_messages pending messages, oldest first; concurrent takers never get the same one';
+
+
+SELECT inbox.replace_api('@extschema@.inbox_poll(text, integer, interval, interval)',
+						 ARRAY['@extschema@.inbox_poll(text, integer, interval, interval)'],
+$create$
+CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT '30 seconds',
+									   wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz, group_key text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) IS
+'take up to max_messages messages under a lease, each with a receipt any session may complete; waits up to wait for one to arrive';
+
+
+DROP FUNCTION inbox.replace_api(text, text[], text);
 
 CREATE FUNCTION @extschema@.inbox_set_group_dead_letters(scope text, action text)
 RETURNS void
@@ -2795,71 +2940,4 @@ REVOKE ALL ON FUNCTION inbox.group_enqueue(text, text[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.group_leave(text, text, uuid, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.group_dead(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_set_group_dead_letters(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
-
-/*
- * inbox.replace_receive(new, old): new takes the place of the functions
- * old in their bundle, and is granted to every role old's EXECUTE was
- * granted to; its initial privileges stay as this script set them, so
- * that pg_dump dumps those grants (see inbox.bundle_add).  Then old goes.
- */
-CREATE FUNCTION inbox.replace_receive(p_new text, p_old regprocedure[])
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	init pg_catalog.pg_init_privs;
-	grant_sql text;
-	old regprocedure;
-BEGIN
-	SELECT i.* INTO init FROM pg_catalog.pg_init_privs AS i
-	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
-	FOR grant_sql IN
-		SELECT DISTINCT pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', p_new::regprocedure,
-										  CASE WHEN x.grantee = 0 THEN 'PUBLIC'
-											   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END,
-										  CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
-		  FROM pg_catalog.unnest(p_old) AS o(f)
-		  JOIN pg_catalog.pg_proc AS p ON p.oid = o.f
-		 CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS x
-		 WHERE x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner
-	LOOP
-		EXECUTE grant_sql;
-	END LOOP;
-	DELETE FROM pg_catalog.pg_init_privs AS i
-	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
-	IF init.objoid IS NOT NULL THEN
-		INSERT INTO pg_catalog.pg_init_privs VALUES (init.*);
-	END IF;
-	DELETE FROM inbox.bundle_objects AS b
-	 WHERE b.object_type = 'function'
-	   AND inbox.bundle_object_oid(b.object_type, b.object) = ANY (p_old::oid[]);
-	INSERT INTO inbox.bundle_objects (bundle, object_type, object)
-	VALUES ('receiver', 'function', p_new);
-	FOREACH old IN ARRAY p_old
-	LOOP
-		EXECUTE pg_catalog.format('DROP FUNCTION %s', old);
-	END LOOP;
-END
-$$;
-
-SELECT inbox.replace_receive('@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text)',
-							 ARRAY['@extschema@.inbox_receive(text, text, jsonb, bytea)',
-								   '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz)']::regprocedure[]);
-SELECT inbox.replace_receive('@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text)',
-							 ARRAY['@extschema@.inbox_receive(text, text, bytea, bytea)',
-								   '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz)']::regprocedure[]);
-SELECT inbox.replace_receive('@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[])',
-							 ARRAY['@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text)']::regprocedure[]);
-SELECT inbox.replace_receive('@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[])',
-							 ARRAY['@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text)']::regprocedure[]);
-DROP FUNCTION inbox.replace_receive(text, regprocedure[]);

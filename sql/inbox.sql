@@ -1139,7 +1139,7 @@ SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
 								 lease interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz)
+			   attempts integer, received_at timestamptz, group_key text)
 AS 'MODULE_PATHNAME', 'inbox_take_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1152,7 +1152,7 @@ CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
 								 wait interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
 			   attempts integer, received_at timestamptz,
-			   receipt uuid, lease_until timestamptz)
+			   receipt uuid, lease_until timestamptz, group_key text)
 AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1407,7 +1407,7 @@ COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[
 CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
 									   lease interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz)
+			   attempts integer, received_at timestamptz, group_key text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
@@ -1419,7 +1419,7 @@ CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 
 									   wait interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
 			   attempts integer, received_at timestamptz,
-			   receipt uuid, lease_until timestamptz)
+			   receipt uuid, lease_until timestamptz, group_key text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 

@@ -222,6 +222,8 @@ typedef struct TakeCall
 	int64		owner;
 	int			allowed;		/* max attempts, read when first needed */
 	ReturnSetInfo *rsinfo;
+	int			group_column;	/* the result's group_key, or 0: none (1.0.0's SQL) */
+	bool		groups;			/* whether a message may be in a group (groups.c) */
 } TakeCall;
 
 void
@@ -414,8 +416,8 @@ take_round(TakeCall *call, int *candidates)
 		char		state = DatumGetChar(SPI_getbinval(tuple, desc, 2, &isnull));
 		Datum		d = SPI_getbinval(tuple, desc, 3, &isnull);
 		int			attempts = isnull ? 0 : DatumGetInt32(d);
-		Datum		out[7];
-		bool		out_nulls[7] = {false, false, false, false, false, false, false};
+		Datum		out[8];
+		bool		out_nulls[8] = {false, false, false, false, false, false, false, false};
 		pg_uuid_t  *receipt;
 
 		/*
@@ -457,6 +459,11 @@ take_round(TakeCall *call, int *candidates)
 		out_nulls[5] = receipt == NULL;
 		out[6] = lease_until;
 		out_nulls[6] = call->lease == NULL;
+		/* group_key, last: 1.0.0's SQL has no such column */
+		if (call->group_column > 0)
+			out_nulls[call->group_column] =
+				!(call->groups && inbox_group_key_of(call->scope, message_id,
+													 &out[call->group_column]));
 		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);
 		taken++;
 	}
@@ -585,6 +592,8 @@ take(FunctionCallInfo fcinfo, bool poll)
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
+	call.group_column = call.rsinfo->setDesc->natts == (poll ? 8 : 6) ? (poll ? 7 : 5) : 0;
+	call.groups = call.group_column > 0 && inbox_groups_in_use();
 	call.owner = inbox_owner_key();
 	/* The messages it takes are anybody's when this session exits */
 	inbox_front_watch_owner_exit();

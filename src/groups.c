@@ -32,6 +32,7 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/rel.h"
 
 #include "distributed.h"
@@ -44,6 +45,7 @@ static SPIPlanPtr enqueue_plan = NULL;
 static SPIPlanPtr enqueue_one_plan = NULL;
 static SPIPlanPtr leave_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
+static SPIPlanPtr key_of_plan = NULL;
 
 /* Check one group key: not empty, not longer than the limit */
 void
@@ -71,8 +73,8 @@ inbox_group_key_arg(FunctionCallInfo fcinfo, int argno)
  * Whether inbox.group_members may hold a member: see the banner.  False on
  * a database whose SQL has no groups yet (before ALTER EXTENSION UPDATE).
  */
-static bool
-groups_in_use(void)
+bool
+inbox_groups_in_use(void)
 {
 	Oid			relid = inbox_relid("group_members");
 	Relation	rel;
@@ -135,7 +137,7 @@ inbox_group_leave(text *scope, text *message_id, pg_uuid_t *receipt)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 
-	if (!groups_in_use())
+	if (!inbox_groups_in_use())
 		return;
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
@@ -162,11 +164,38 @@ inbox_group_dead(text *scope, Datum message_id)
 	Oid			types[2] = {TEXTOID, TEXTOID};
 	Datum		values[2];
 
-	if (!groups_in_use())
+	if (!inbox_groups_in_use())
 		return;
 	values[0] = PointerGetDatum(scope);
 	values[1] = message_id;
 	(void) inbox_execute_plan(inbox_plan(&dead_plan,
 										 "SELECT inbox.group_dead($1, $2)", 2, types),
 							  values, NULL, SPI_OK_SELECT, "inbox.group_dead");
+}
+
+/*
+ * The group key of message_id, into *key: false if it is in no group.
+ * For a take's result; SPI must be connected.
+ */
+bool
+inbox_group_key_of(text *scope, Datum message_id, Datum *key)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
+	bool		isnull;
+	bool		found;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = message_id;
+	found = inbox_execute_plan(inbox_plan(&key_of_plan,
+										  "SELECT m.group_key FROM inbox.group_members AS m "
+										  "WHERE m.scope OPERATOR(pg_catalog.=) $1 "
+										  "AND m.message_id OPERATOR(pg_catalog.=) $2",
+										  2, types),
+							   values, NULL, SPI_OK_SELECT, "the group of a message") > 0;
+	if (found)
+		*key = datumCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull),
+						 false, -1);
+	SPI_freetuptable(SPI_tuptable);
+	return found;
 }

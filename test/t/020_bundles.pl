@@ -370,7 +370,8 @@ $node->safe_psql('from_1_0', q{
 		inbox_receive(text, text, bytea, bytea),
 		inbox_receive(text, text, bytea, bytea, timestamptz),
 		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text),
-		inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text) TO old_receiver;
+		inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text),
+		inbox_take(text, integer, interval), inbox_poll(text, integer, interval, interval) TO old_receiver;
 	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, bytea, bytea) TO old_partial WITH GRANT OPTION;
 	ALTER EXTENSION inbox UPDATE TO '1.1.0';
 });
@@ -385,6 +386,14 @@ is( $node->safe_psql('from_1_0', q{
 	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[])=true/false',
 	'the update leaves one receive per payload type, each granted to the roles that could execute its 1.0.0 forms');
 is( $node->safe_psql('from_1_0', q{
+		SELECT has_function_privilege('old_receiver', 'inbox_take(text, integer, interval)', 'EXECUTE'),
+			   has_function_privilege('old_receiver', 'inbox_poll(text, integer, interval, interval)', 'EXECUTE'),
+			   has_function_privilege('old_partial', 'inbox_take(text, integer, interval)', 'EXECUTE'),
+			   (SELECT string_agg(object, ' ' ORDER BY object) FROM inbox_bundles WHERE bundle = 'worker'
+				  AND (object LIKE 'inbox_take%' OR object LIKE 'inbox_poll%'))}),
+	't|t|f|inbox_poll(text,integer,interval,interval) inbox_take(text,integer,interval)',
+	'the takes, made again with their group_key column, keep their grants and their bundle');
+is( $node->safe_psql('from_1_0', q{
 		SELECT string_agg(object, ' ' ORDER BY object) FROM inbox_bundles WHERE bundle = 'receiver'}),
 	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text) '
 	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text) '
@@ -395,6 +404,11 @@ my ($rok, $rout, $rerr) = (0, '', '');
 $rok = $node->psql('from_1_0', q{SELECT inbox_receive('g', 'm-1', '{}'::jsonb, group_key => 'k')},
 	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'old_receiver' ]);
 is("$rok|$rout", '0|t', 'a role granted the receive on 1.0.0 receives into a group after the update')
+  or diag($rerr);
+($rok, $rout, $rerr) = (0, '', '');
+$rok = $node->psql('from_1_0', q{SELECT message_id || '/' || group_key FROM inbox_poll('g', 1, '1 minute')},
+	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'old_receiver' ]);
+is("$rok|$rout", '0|m-1/k', 'and polls it with its group key')
   or diag($rerr);
 $dump = '';
 IPC::Run::run([ 'pg_dump', '--schema-only', '-d', $node->connstr('from_1_0') ], '>', \$dump)
