@@ -80,6 +80,8 @@ SELECT * FROM regress.members('ordered') WHERE group_key = 'order-42';
 SELECT inbox_fail('ordered', 'o42-paid', 'payment service down', retry_after => '1 hour');
 SELECT regress.take_ids('ordered');
 SELECT * FROM regress.members('ordered') WHERE group_key = 'order-42';
+-- inbox_stats counts the group as blocked, since the head's take
+SELECT scope, groups_blocked, oldest_group_block_age >= '0' AS aged FROM inbox_stats WHERE scope = 'ordered';
 -- Its retry comes due (moved by hand here): it is handed out again, first
 UPDATE inbox.entries SET due = now() - interval '1 second' WHERE scope = 'ordered' AND message_id = 'o42-paid';
 SELECT inbox.forget_front('ordered');
@@ -97,11 +99,13 @@ SELECT inbox_set_max_attempts('ordered', 1);
 SELECT inbox_fail('ordered', 'o42-paid', 'card declined for good');
 SELECT regress.take_ids('ordered');
 SELECT * FROM regress.members('ordered') WHERE group_key = 'order-42';
+SELECT scope, groups_blocked, oldest_group_block_age >= '0' AS aged FROM inbox_stats WHERE scope = 'ordered';
 -- 'skip' releases the groups that dead heads hold now
 SELECT inbox_set_group_dead_letters('ordered', 'skip');
 SELECT * FROM regress.members('ordered') WHERE group_key = 'order-42';
 SELECT regress.take_ids('ordered');
 SELECT scope, message_id, group_key FROM inbox_dead_letters WHERE scope = 'ordered';
+SELECT scope, groups_blocked, oldest_group_block_age FROM inbox_stats WHERE scope = 'ordered';
 -- A skipped dead letter that is requeued goes on its own
 SELECT inbox_requeue('ordered', 'o42-paid');
 SELECT * FROM regress.members('ordered') WHERE group_key = 'order-42';

@@ -3043,12 +3043,45 @@ AS $$
 	 GROUP BY b.scope
 $$;
 
+/*
+ * Per scope, the ordered groups (section 4) whose head waits for its
+ * retry after a failure, or died and holds its group, and since when the
+ * oldest has been held: its head's last take, or its death.  Read only
+ * when a group has a member, so that a database without groups (and a
+ * distributed one, which refuses them) plans no join of them.
+ */
+CREATE FUNCTION inbox.group_waits()
+RETURNS TABLE (scope text, groups_blocked bigint, blocked_since timestamptz)
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM inbox.group_members) THEN
+		RETURN;
+	END IF;
+	RETURN QUERY
+	SELECT m.scope, pg_catalog.count(*),
+		   pg_catalog.min(CASE WHEN e.state OPERATOR(pg_catalog.=) 'x'::"char" THEN e.finished_at
+							   ELSE e.taken_at END)
+	  FROM inbox.group_members AS m
+	  JOIN inbox.entries AS e
+		ON e.scope OPERATOR(pg_catalog.=) m.scope
+	   AND e.message_id OPERATOR(pg_catalog.=) m.message_id
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(m.scope, m.message_id)
+	 WHERE NOT m.skipped
+	   AND (e.state OPERATOR(pg_catalog.=) 'x'::"char"
+			OR (e.state OPERATOR(pg_catalog.=) 'p'::"char" AND e.attempts OPERATOR(pg_catalog.>) 0
+				AND e.due OPERATOR(pg_catalog.>) pg_catalog.now()))
+	 GROUP BY m.scope;
+END
+$$;
+
 CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 	SELECT v.scope,
 		   v.claims, v.duplicates, v.mismatches, v.rows_purged, v.last_purge,
 		   v.retention, (v.k).clock, (v.k).cutoff, (v.k).oldest_entry, (v.k).purge_lag,
 		   v.entries_retained, v.pending, v.processing, v.dead, v.oldest_pending_age,
-		   v.failures, v.content_duplicates
+		   v.failures, v.content_duplicates, v.groups_blocked, v.oldest_group_block_age
 	  FROM (SELECT scope,
 				   c.claims, c.duplicates, c.mismatches,
 				   c.purged AS rows_purged, c.last_purge,
@@ -3060,16 +3093,19 @@ CREATE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 				   coalesce(b.dead, 0) AS dead,
 				   now() - b.oldest_pending AS oldest_pending_age,
 				   c.failures,
-				   w.content_duplicates
+				   w.content_duplicates,
+				   coalesce(g.groups_blocked, 0) AS groups_blocked,
+				   now() - g.blocked_since AS oldest_group_block_age
 			  FROM inbox.scope_counters() AS c
 			  FULL JOIN inbox.scope_rows() AS s USING (scope)
 			  FULL JOIN inbox.scope_backlog() AS b USING (scope)
 			  LEFT JOIN inbox.content_counters() AS w USING (scope)
+			  LEFT JOIN inbox.group_waits() AS g USING (scope)
 			OFFSET 0) AS v
 	 WHERE inbox.scope_visible(v.scope);
 
 COMMENT ON VIEW @extschema@.inbox_stats IS
-'per-scope claims, duplicates, mismatches, content duplicates, purge progress and retention clock';
+'per-scope claims, duplicates, mismatches, content duplicates, blocked ordered groups, purge progress and retention clock';
 
 -- The dead letters, read as the extension's owner.  The view reads them
 -- through this function rather than from the table: on Citus, a view's
