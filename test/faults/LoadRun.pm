@@ -53,6 +53,7 @@ my @options = (
 	[ 'lease=f' => 5 ],
 	[ 'poll-wait=f' => 0 ],
 	[ 'receive-batch=i' => 1 ],
+	[ 'groups=i' => 0 ],    # deferred mode: messages in that many ordered groups
 	[ 'pooler' => 0 ],
 	[ 'work=f' => 0 ],
 	[ 'scope=s' => undef ],    # a new one per run
@@ -123,6 +124,9 @@ sub parse_options
 	bad_usage('--poll-wait must be between 0 and 30') if $opt{poll_wait} < 0 || $opt{poll_wait} > 30;
 	bad_usage('--receive-batch must be between 1 and 10000')
 	  if $opt{receive_batch} < 1 || $opt{receive_batch} > 10000;
+	bad_usage('--groups needs --mode deferred, and one inbox_receive per delivery')
+	  if $opt{groups} && (!$deferred || $opt{receive_batch} != 1);
+	bad_usage('--groups must not be negative') if $opt{groups} < 0;
 	bad_usage('--table must be an identifier, optionally schema-qualified')
 	  unless $opt{table} =~ /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
 

@@ -66,6 +66,22 @@ sub define_statements
 		complete_receipt => 'SELECT inbox_complete($1, $2::uuid, $3::jsonb), pg_backend_pid()',
 		fail_receipt => q{SELECT inbox_fail($1, $2::uuid, $3, interval '0')},
 	);
+	return unless $opt{groups};
+
+	# --groups N: message n goes to group "g-<n mod N>", and a receive that
+	# stores it notes it in inbox_load_received in the same statement,
+	# after inbox_receive took its group's lock: the serial numbers of a
+	# group's rows there follow the commit order of its receives.
+	my $group = "'g-' || (substr(\$2, 3)::int % $opt{groups})";
+	for my $name (qw(receive receive_guarded))
+	{
+		my $call = "inbox_receive(\$1, \$2, \$3::jsonb, group_key => $group)";
+		$call = "CASE WHEN $guard THEN $call END" if $name eq 'receive_guarded';
+		$SQL{$name} = "WITH r AS (SELECT $call AS fresh), "
+		  . "l AS (INSERT INTO inbox_load_received (scope, message_id, group_key) "
+		  . "SELECT \$1, \$2, $group FROM r WHERE r.fresh) "
+		  . "SELECT r.fresh, extract(epoch FROM now())::text FROM r";
+	}
 }
 
 # Message n's id and payload
@@ -179,9 +195,14 @@ sub prepare_run
 				$scope)
 		};
 		$retention = $override if defined $override && $override < $retention;
+		# seq: the order the effects committed in, within a group
 		$dbh->do("CREATE TABLE IF NOT EXISTS $table (
 			scope text NOT NULL, message_id text NOT NULL, actor text NOT NULL,
-			attempt integer, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())");
+			attempt integer, applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+			seq bigserial)");
+		$dbh->do("CREATE TABLE IF NOT EXISTS inbox_load_received (
+			scope text NOT NULL, message_id text NOT NULL, group_key text NOT NULL, seq bigserial)")
+		  if $opt{groups};
 		my ($rows) = row($dbh, "SELECT count(*) FROM $table WHERE scope = \$1", $scope);
 		die "the effects table already has $rows rows for scope \"$scope\"; choose another --scope\n"
 		  if $rows > 0;

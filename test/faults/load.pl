@@ -136,6 +136,12 @@
 #                       0 for not at all (0)
 #   --receive-batch N   deferred: deliveries per inbox_receive_many (1: one
 #                       inbox_receive per delivery)
+#   --groups N          deferred: message n is received into the ordered
+#                       group "g-<n mod N>", and each receive that stores one
+#                       notes it in inbox_load_received, whose order per
+#                       group is the commit order of the receives; the
+#                       effects table's seq gives the order of the effects
+#                       (0: no groups)
 #   --pooler            through a transaction-mode pooler (see above)
 #   --work S            deferred: seconds of simulated work per message, spent
 #                       inside the effect's transaction (0.5 to 1.5 times S),
