@@ -2509,76 +2509,18 @@ $$;
 /*
  * inbox.group_leave(scope, message_id, receipt, skip): the message (or
  * the one the receipt holds) leaves its group: deleted from it, or kept
- * as skipped (skip); the group's next member becomes due.  Nothing for a
- * message in no group.
+ * as skipped (skip); the group's next member becomes due (now()), and
+ * the group's row goes when it has no member left.  Nothing for a message
+ * in no group.  Two statements in kept plans (src/groups.c): the first
+ * takes the member out and writes the group's row (see the banner), the
+ * second, with a snapshot taken after that write, finds the next member.
+ * The completions call the same C directly.
  */
 CREATE FUNCTION inbox.group_leave(p_scope text, p_id text, p_receipt uuid, p_skip boolean)
 RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-	id text := p_id;
-	g text;
-	next_id text;
-BEGIN
-	IF id IS NULL THEN
-		SELECT e.message_id INTO id FROM inbox.entries AS e
-		 WHERE e.receipt OPERATOR(pg_catalog.=) p_receipt
-		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND e.state OPERATOR(pg_catalog.=) 'r'::"char";
-		IF NOT FOUND THEN
-			RETURN;
-		END IF;
-	END IF;
-	IF p_skip THEN
-		UPDATE inbox.group_members AS m SET skipped = true
-		 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND m.message_id OPERATOR(pg_catalog.=) id COLLATE "C"
-		   AND NOT m.skipped
-		RETURNING m.group_key INTO g;
-	ELSE
-		DELETE FROM inbox.group_members AS m
-		 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND m.message_id OPERATOR(pg_catalog.=) id COLLATE "C"
-		RETURNING m.group_key INTO g;
-	END IF;
-	IF NOT FOUND THEN
-		RETURN;
-	END IF;
-	-- Written, not only locked: see the banner
-	UPDATE inbox.groups AS r SET last = r.last
-	 WHERE r.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND r.group_key OPERATOR(pg_catalog.=) g COLLATE "C";
-	SELECT m.message_id INTO next_id FROM inbox.group_members AS m
-	 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND m.group_key OPERATOR(pg_catalog.=) g COLLATE "C"
-	   AND NOT m.skipped
-	 ORDER BY m.position
-	 LIMIT 1;
-	IF NOT FOUND THEN
-		-- The group's last message left it: so does its row, which this
-		-- transaction holds, so that no receive adds a member meanwhile
-		DELETE FROM inbox.groups AS r
-		 WHERE r.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-		   AND r.group_key OPERATOR(pg_catalog.=) g COLLATE "C"
-		   AND NOT EXISTS (SELECT FROM inbox.group_members AS m
-							WHERE m.scope OPERATOR(pg_catalog.=) r.scope
-							  AND m.group_key OPERATOR(pg_catalog.=) r.group_key);
-		RETURN;
-	END IF;
-	-- Its due moves below the scope's front: the front must hear of it
-	-- (src/front.c), and the takes waiting on the scope wake at commit
-	PERFORM inbox.wake_takers(p_scope);
-	UPDATE inbox.entries AS e
-	   SET due = pg_catalog.now()
-	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) next_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, next_id)
-	   AND e.state OPERATOR(pg_catalog.=) 'p'::"char"
-	   AND e.due IS NULL;
-END
-$$;
+AS 'MODULE_PATHNAME', 'inbox_group_leave_sql'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
 
 -- A message just dead: it leaves its group where the scope skips dead letters
 CREATE FUNCTION inbox.group_dead(p_scope text, p_id text)

@@ -36,14 +36,16 @@
 #include "utils/rel.h"
 
 #include "distributed.h"
+#include "events.h"
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
 #include "spi.h"
 
+PG_FUNCTION_INFO_V1(inbox_group_leave_sql);
+
 static SPIPlanPtr enqueue_plan = NULL;
 static SPIPlanPtr enqueue_one_plan = NULL;
-static SPIPlanPtr leave_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
 static SPIPlanPtr key_of_plan = NULL;
 
@@ -124,6 +126,114 @@ inbox_group_enqueue_one(text *scope, text *message_id, text *key)
 }
 
 /*
+ * A group's release, in kept plans on the scope's leaf (sql/inbox.sql,
+ * section 4, says why it takes two statements): LEAVE_* takes the message
+ * out of its group (deleted, or kept as skipped) and writes its group's
+ * row, returning the group's key; LEAVE_NEXT, a statement of its own with
+ * a snapshot taken after that write, gives the next member its due; and
+ * LEAVE_EMPTY drops the row of a group left without a member.
+ */
+typedef enum GroupLeafPlan
+{
+	LEAVE_DELETE,				/* by message id */
+	LEAVE_DELETE_RECEIPT,		/* by the receipt that holds it */
+	LEAVE_SKIP,					/* a dead head, kept as skipped */
+	LEAVE_NEXT,
+	GROUP_LEAF_PLANS
+} GroupLeafPlan;
+
+#define LEAVE_WRITE_GROUP \
+	"UPDATE inbox.groups AS g SET last = g.last FROM gone " \
+	"WHERE g.scope OPERATOR(pg_catalog.=) $1 AND g.group_key OPERATOR(pg_catalog.=) gone.group_key " \
+	"RETURNING g.group_key"
+
+static const InboxLeafStatement group_leaf_statements[GROUP_LEAF_PLANS] = {
+	[LEAVE_DELETE] = {
+		"the release of a group's head",
+		"WITH gone AS (DELETE FROM inbox.group_members AS m "
+		"WHERE m.scope OPERATOR(pg_catalog.=) $1 AND m.message_id OPERATOR(pg_catalog.=) $2 "
+		"RETURNING m.group_key) " LEAVE_WRITE_GROUP,
+		{TEXTOID, TEXTOID}
+	},
+	[LEAVE_DELETE_RECEIPT] = {
+		"the release of a group's head by receipt",
+		"WITH held AS (SELECT e.message_id FROM inbox.entries_p%d AS e "
+		"WHERE e.receipt OPERATOR(pg_catalog.=) $2 AND e.scope OPERATOR(pg_catalog.=) $1 "
+		"AND e.state OPERATOR(pg_catalog.=) 'r'::\"char\"), "
+		"gone AS (DELETE FROM inbox.group_members AS m USING held "
+		"WHERE m.scope OPERATOR(pg_catalog.=) $1 AND m.message_id OPERATOR(pg_catalog.=) held.message_id "
+		"RETURNING m.group_key) " LEAVE_WRITE_GROUP,
+		{TEXTOID, UUIDOID}
+	},
+	[LEAVE_SKIP] = {
+		"the skip of a group's dead head",
+		"WITH gone AS (UPDATE inbox.group_members AS m SET skipped = true "
+		"WHERE m.scope OPERATOR(pg_catalog.=) $1 AND m.message_id OPERATOR(pg_catalog.=) $2 "
+		"AND NOT m.skipped RETURNING m.group_key) " LEAVE_WRITE_GROUP,
+		{TEXTOID, TEXTOID}
+	},
+	[LEAVE_NEXT] = {
+		"the due of a group's next message",
+		"UPDATE inbox.entries_p%d AS e SET due = pg_catalog.now() "
+		"FROM (SELECT m.message_id FROM inbox.group_members AS m "
+		"      WHERE m.scope OPERATOR(pg_catalog.=) $1 AND m.group_key OPERATOR(pg_catalog.=) $2 "
+		"      AND NOT m.skipped ORDER BY m.position LIMIT 1) AS n "
+		"WHERE e.scope OPERATOR(pg_catalog.=) $1 AND e.message_id OPERATOR(pg_catalog.=) n.message_id "
+		"AND e.state OPERATOR(pg_catalog.=) 'p'::\"char\" AND e.due IS NULL",
+		{TEXTOID, TEXTOID}
+	},
+};
+
+static SPIPlanPtr group_leaf_plans[GROUP_LEAF_PLANS][INBOX_LEAVES];
+static SPIPlanPtr empty_plan = NULL;
+
+static const char *const empty_sql =
+"DELETE FROM inbox.groups AS g "
+"WHERE g.scope OPERATOR(pg_catalog.=) $1 AND g.group_key OPERATOR(pg_catalog.=) $2 "
+"AND NOT EXISTS (SELECT FROM inbox.group_members AS m "
+"                WHERE m.scope OPERATOR(pg_catalog.=) $1 AND m.group_key OPERATOR(pg_catalog.=) $2)";
+
+/*
+ * The message (by id, or by the receipt that holds it) leaves its group:
+ * deleted from it, or with skip kept as skipped; the group's next member
+ * becomes due, or the group's row goes when it has no member left.
+ * Nothing for a message in no group.  SPI must be connected.
+ */
+static void
+group_leave(text *scope, Datum message_id, Datum receipt, bool skip)
+{
+	int			leaf = inbox_scope_leaf(scope);
+	GroupLeafPlan kind = skip ? LEAVE_SKIP : message_id != (Datum) 0 ? LEAVE_DELETE : LEAVE_DELETE_RECEIPT;
+	const InboxLeafStatement *stmt = &group_leaf_statements[kind];
+	Datum		values[2];
+	bool		isnull;
+	Datum		key;
+
+	values[0] = PointerGetDatum(scope);
+	values[1] = kind == LEAVE_DELETE_RECEIPT ? receipt : message_id;
+	if (inbox_execute_plan(inbox_leaf_plan(stmt, group_leaf_plans[kind], leaf),
+						   values, NULL, SPI_OK_UPDATE_RETURNING, stmt->name) == 0)
+		return;
+	key = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+	/*
+	 * The next member's due moves below the scope's front: the front must
+	 * hear of it, and the takes waiting on the scope wake at commit.
+	 */
+	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS | INBOX_TOUCH_WAKES);
+	values[1] = key;
+	stmt = &group_leaf_statements[LEAVE_NEXT];
+	if (inbox_execute_plan(inbox_leaf_plan(stmt, group_leaf_plans[LEAVE_NEXT], leaf),
+						   values, NULL, SPI_OK_UPDATE, stmt->name) == 0)
+	{
+		Oid			types[2] = {TEXTOID, TEXTOID};
+
+		(void) inbox_execute_plan(inbox_plan(&empty_plan, empty_sql, 2, types),
+								  values, NULL, SPI_OK_DELETE, "the removal of an empty group");
+	}
+}
+
+/*
  * The message being completed, by its id or by its receipt (message_id
  * NULL), leaves its group.  Called before the completion's own statement,
  * while the receipt still names the message; whatever refuses the
@@ -133,24 +243,30 @@ inbox_group_enqueue_one(text *scope, text *message_id, text *key)
 void
 inbox_group_leave(text *scope, text *message_id, pg_uuid_t *receipt)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, UUIDOID};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-
 	if (!inbox_groups_in_use())
 		return;
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(message_id);
-	values[2] = UUIDPGetDatum(receipt);
-	if (message_id == NULL)
-		nulls[1] = 'n';
-	if (receipt == NULL)
-		nulls[2] = 'n';
 	inbox_spi_connect();
-	(void) inbox_execute_plan(inbox_plan(&leave_plan,
-										 "SELECT inbox.group_leave($1, $2, $3, false)", 3, types),
-							  values, nulls, SPI_OK_SELECT, "inbox.group_leave");
+	group_leave(scope, PointerGetDatum(message_id), receipt ? UUIDPGetDatum(receipt) : (Datum) 0,
+				false);
 	SPI_finish();
+}
+
+/*
+ * inbox.group_leave(scope text, message_id text, receipt uuid, skip
+ * boolean): the same, for the SQL of section 4 (a dead head under 'skip',
+ * and the switch to 'skip').
+ */
+Datum
+inbox_group_leave_sql(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0) || (PG_ARGISNULL(1) && PG_ARGISNULL(2)))
+		PG_RETURN_VOID();
+	inbox_spi_connect();
+	group_leave(PG_GETARG_TEXT_PP(0), PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1),
+				PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2),
+				!PG_ARGISNULL(3) && PG_GETARG_BOOL(3));
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /*
