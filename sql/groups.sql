@@ -156,6 +156,15 @@ SELECT count(*) FROM inbox.group_members WHERE scope = 'batched';
 SELECT inbox_receive('delayed', 'l1', '{}'::jsonb, NULL, now() + interval '1 hour', 'g');
 SELECT inbox_receive('delayed', 'l2', '{}'::jsonb, group_key => 'g');
 SELECT regress.take_ids('delayed');
+-- A later message received with a not_before keeps it when it becomes
+-- the head: it is due then, not at the completion of the one before
+SELECT inbox_receive('delayed', 'h1', '{}'::jsonb, group_key => 'h');
+SELECT inbox_receive('delayed', 'h2', '{}'::jsonb, NULL, now() + interval '1 hour', 'h');
+SELECT regress.take_ids('delayed');
+SELECT inbox_complete('delayed', 'h1');
+SELECT message_id, state, due > now() + interval '59 minutes' AS delayed FROM inbox.entries
+ WHERE scope = 'delayed' AND message_id = 'h2';
+SELECT regress.take_ids('delayed');
 
 -- Bad input: a clear SQLSTATE, nothing written
 SELECT regress.try_rows($$SELECT inbox_receive('bad', 'b1', '{}'::jsonb, group_key => '')$$);

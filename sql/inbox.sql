@@ -892,7 +892,8 @@ $$;
  * group_dead_letters is 'skip' (its row is marked skipped, so that the
  * dead letter still shows its group); the same transaction gives the
  * next member its due (now()), so that a take sees the next member once
- * that transaction commits, and never if it aborts.  A skipped dead
+ * that transaction commits, and never if it aborts; a next member
+ * received with a later not_before is due then.  A skipped dead
  * letter that inbox_requeue gives back leaves its group, and is taken on
  * its own.  A head that fails with a retry delay
  * stays the head, due at its retry: nothing behind it overtakes it.  A
@@ -938,6 +939,7 @@ CREATE TABLE inbox.group_members (
 	message_id text COLLATE pg_catalog."C" NOT NULL,
 	group_key text COLLATE pg_catalog."C" NOT NULL,
 	position bigint NOT NULL,
+	not_before timestamptz,
 	skipped boolean NOT NULL DEFAULT false,
 	CONSTRAINT group_members_pkey PRIMARY KEY (scope, message_id),
 	CONSTRAINT group_members_order UNIQUE (scope, group_key, position)
@@ -950,12 +952,15 @@ REVOKE ALL ON TABLE inbox.group_members FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.group_members', '');
 
 /*
- * inbox.group_enqueue(scope, message_ids, group_keys): put messages just
- * received into their groups, in the arrays' order (NULL keys: no group).
- * The groups are locked in byte order, all at once, so that two batches
- * over the same groups never wait on each other in a circle.
+ * inbox.group_enqueue(scope, message_ids, group_keys, not_before): put
+ * messages just received into their groups, in the arrays' order (NULL
+ * keys: no group).  A member keeps its receive's not_before, which its
+ * due honours when it becomes the head.  The groups are locked in byte
+ * order, all at once, so that two batches over the same groups never wait
+ * on each other in a circle.
  */
-CREATE FUNCTION inbox.group_enqueue(p_scope text, p_ids text[], p_keys text[])
+CREATE FUNCTION inbox.group_enqueue(p_scope text, p_ids text[], p_keys text[],
+									p_not_before timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -975,9 +980,9 @@ BEGIN
 		ON CONFLICT ON CONSTRAINT groups_pkey DO UPDATE
 		   SET last = g.last OPERATOR(pg_catalog.+) EXCLUDED.last
 		RETURNING g.group_key, g.last)
-	INSERT INTO inbox.group_members AS m (scope, message_id, group_key, position)
+	INSERT INTO inbox.group_members AS m (scope, message_id, group_key, position, not_before)
 	SELECT p_scope, it.id, it.k,
-		   l.last OPERATOR(pg_catalog.-) it.c OPERATOR(pg_catalog.+) it.r
+		   l.last OPERATOR(pg_catalog.-) it.c OPERATOR(pg_catalog.+) it.r, p_not_before
 	  FROM items AS it
 	  JOIN locked AS l ON l.group_key OPERATOR(pg_catalog.=) it.k COLLATE "C";
 
@@ -1006,7 +1011,8 @@ $$;
  * the group's row goes when it has no member left.  Nothing for a message
  * in no group.  Two statements in kept plans (src/groups.c): the first
  * takes the member out and writes the group's row (see the banner), the
- * second, with a snapshot taken after that write, finds the next member.
+ * second, with a snapshot taken after that write, finds the next member
+ * and makes it due at now() or at its not_before, whichever is later.
  * The completions call the same C directly.
  */
 CREATE FUNCTION inbox.group_leave(p_scope text, p_id text, p_receipt uuid, p_skip boolean)
@@ -1453,7 +1459,7 @@ COMMENT ON FUNCTION @extschema@.inbox_result(text, text) IS
 'the result stored by inbox_complete, so that a redelivered request is answered as the first time; NULL if none';
 
 REVOKE ALL ON FUNCTION inbox.session_key() FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.group_enqueue(text, text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.group_enqueue(text, text[], text[], timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.group_leave(text, text, uuid, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.group_dead(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.wake_takers(text) FROM PUBLIC;

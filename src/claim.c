@@ -589,7 +589,7 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	kp = key_plans(scope, message_id, legacy);
 	received = claim_key(&kp, KEY_RECEIVE, values, nulls, scope, message_id, payload_hash);
 	if (received && group_key != NULL)
-		inbox_group_enqueue_one(scope, message_id, group_key);
+		inbox_group_enqueue_one(scope, message_id, group_key, values[5]);
 	SPI_finish();
 	if (received)
 		inbox_scope_touched(inbox_scope_leaf(scope), scope,

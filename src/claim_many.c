@@ -747,7 +747,8 @@ batch_groups(Batch *batch)
 	if (n > 0)
 		inbox_group_enqueue(batch->scope,
 							PointerGetDatum(construct_array(ids, n, TEXTOID, -1, false, TYPALIGN_INT)),
-							PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT)));
+							PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT)),
+							batch->not_before);
 }
 
 /* One row per id given, in the order given */

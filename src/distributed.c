@@ -114,7 +114,7 @@ static const Refusal refusals[] = {
 		"Use the outbox in a database whose inbox is not distributed; docs/scale-out.md says more."
 	},
 	[INBOX_REFUSE_GROUPS] = {
-		"receive into an ordered group (group_key) on a distributed inbox",
+		"receive into an ordered group (group_key)",
 		"The groups' tables are local to the coordinator: the release of a group's head and the due of "
 		"its next message would not commit with the entries they order, which live on the workers.",
 		"Receive without group_key, or keep the ordered scopes in a database whose inbox is not "

@@ -92,37 +92,45 @@ inbox_groups_in_use(void)
 
 /*
  * Put messages just received into their groups: ids and keys are text
- * arrays of the same length, in receive order; a NULL key is no group.
- * SPI must be connected.
+ * arrays of the same length, in receive order; a NULL key is no group;
+ * not_before is the receive's, or 0 for none.  SPI must be connected.
  */
 void
-inbox_group_enqueue(text *scope, Datum ids, Datum keys)
+inbox_group_enqueue(text *scope, Datum ids, Datum keys, Datum not_before)
 {
-	Oid			types[3] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID};
-	Datum		values[3];
+	Oid			types[4] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = ids;
 	values[2] = keys;
+	values[3] = not_before;
+	if (not_before == (Datum) 0)
+		nulls[3] = 'n';
 	(void) inbox_execute_plan(inbox_plan(&enqueue_plan,
-										 "SELECT inbox.group_enqueue($1, $2, $3)", 3, types),
-							  values, NULL, SPI_OK_SELECT, "inbox.group_enqueue");
+										 "SELECT inbox.group_enqueue($1, $2, $3, $4)", 4, types),
+							  values, nulls, SPI_OK_SELECT, "inbox.group_enqueue");
 }
 
 /* The same for one message; SPI must be connected */
 void
-inbox_group_enqueue_one(text *scope, text *message_id, text *key)
+inbox_group_enqueue_one(text *scope, text *message_id, text *key, Datum not_before)
 {
-	Oid			types[3] = {TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	values[0] = PointerGetDatum(scope);
 	values[1] = PointerGetDatum(message_id);
 	values[2] = PointerGetDatum(key);
+	values[3] = not_before;
+	if (not_before == (Datum) 0)
+		nulls[3] = 'n';
 	(void) inbox_execute_plan(inbox_plan(&enqueue_one_plan,
-										 "SELECT inbox.group_enqueue($1, ARRAY[$2], ARRAY[$3])",
-										 3, types),
-							  values, NULL, SPI_OK_SELECT, "inbox.group_enqueue");
+										 "SELECT inbox.group_enqueue($1, ARRAY[$2], ARRAY[$3], $4)",
+										 4, types),
+							  values, nulls, SPI_OK_SELECT, "inbox.group_enqueue");
 }
 
 /*
@@ -174,8 +182,8 @@ static const InboxLeafStatement group_leaf_statements[GROUP_LEAF_PLANS] = {
 	},
 	[LEAVE_NEXT] = {
 		"the due of a group's next message",
-		"UPDATE inbox.entries_p%d AS e SET due = pg_catalog.now() "
-		"FROM (SELECT m.message_id FROM inbox.group_members AS m "
+		"UPDATE inbox.entries_p%d AS e SET due = GREATEST(pg_catalog.now(), n.not_before) "
+		"FROM (SELECT m.message_id, m.not_before FROM inbox.group_members AS m "
 		"      WHERE m.scope OPERATOR(pg_catalog.=) $1 AND m.group_key OPERATOR(pg_catalog.=) $2 "
 		"      AND NOT m.skipped ORDER BY m.position LIMIT 1) AS n "
 		"WHERE e.scope OPERATOR(pg_catalog.=) $1 AND e.message_id OPERATOR(pg_catalog.=) n.message_id "

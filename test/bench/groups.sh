@@ -21,11 +21,14 @@
 gr_sizes=${BENCH_GROUPS_BACKLOGS:-10000 1000000}
 gr_groups=${BENCH_GROUPS_GROUPS:-1000}
 gr_tx=${BENCH_GROUPS_TRANSACTIONS:-8000}
+# read_grouped_head reads every message of its queue per call: at a large
+# backlog, a run of gr_tx transactions would take hours
+gr_pgmq_tx=${BENCH_GROUPS_PGMQ_TRANSACTIONS:-160}
 gr_rounds=${BENCH_GROUPS_ROUNDS:-3}
 
 echo "## Ordered groups: take 1 + effect + complete"
 echo
-echo "- $clients clients, -j $jobs, -M prepared, $gr_tx transactions per run, $gr_rounds round(s) rotating the order, medians"
+echo "- $clients clients, -j $jobs, -M prepared, $gr_tx transactions per run ($gr_pgmq_tx for pgmq), $gr_rounds round(s) rotating the order, medians"
 echo "- backlogs: $gr_sizes messages over $gr_groups groups, topped up after every run"
 echo
 
@@ -85,15 +88,15 @@ sql "VACUUM ANALYZE" >/dev/null
 # gr_run VARIANT SIZE: one run; prints its tps, then tops the backlog up
 gr_run()
 {
-	local v=$1 size=$2 name out tps file kind left
+	local v=$1 size=$2 name out tps file kind left tx=$gr_tx
 	name=$(gr_name "$v" "$size")
 	case $v in
 		grouped) file=work_one.sql; kind=g ;;
 		ungrouped) file=work_one.sql; kind=u ;;
-		pgmq) file=pgmq_grouped.sql; kind=q ;;
+		pgmq) file=pgmq_grouped.sql; kind=q; tx=$gr_pgmq_tx ;;
 	esac
 	sql "CHECKPOINT" >/dev/null
-	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$((gr_tx / clients))" \
+	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$((tx / clients))" \
 		-D scope="$name" -f "$here/$file" 2>&1); then
 		echo "$out" >&2
 		fail "pgbench failed on groups variant $v at $size"

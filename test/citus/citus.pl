@@ -90,8 +90,8 @@ $coord->sql(q{
 	GRANT SELECT, INSERT ON orders TO billing_consumer, shipping_worker, intruder;
 	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_status(text, text),
 		inbox_claim_many(text, text[], bytea[], text), inbox_result(text, text) TO billing_consumer, intruder;
-	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea),
-		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text) TO shipping_receiver;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text),
+		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) TO shipping_receiver;
 	GRANT EXECUTE ON FUNCTION inbox_poll(text, integer, interval, interval),
 		inbox_complete(text, uuid, jsonb), inbox_fail(text, uuid, text, interval),
 		inbox_extend(text, uuid, interval), inbox_result(text, text) TO shipping_worker;
@@ -419,6 +419,9 @@ my %refused = (
 	'inbox.claim_timeout, in a claim the coordinator runs' =>
 	  q{SET inbox.claim_timeout = 100; SELECT count(inbox_claim('billing', 'c' || g)) FROM (VALUES (1), (2)) AS v(g)},
 	'a content window' => q{SELECT inbox_set_content_window('billing', '1 hour', 'reject')},
+	'a receive into an ordered group' => q{SELECT inbox_receive('jobs', 'g1', '{}'::jsonb, group_key => 'k')},
+	'a batch received into ordered groups' =>
+	  q{SELECT count(*) FROM inbox_receive_many('jobs', ARRAY['g2'], ARRAY['{}']::jsonb[], group_keys => ARRAY['k'])},
 );
 for my $api (sort keys %refused)
 {
@@ -426,8 +429,8 @@ for my $api (sort keys %refused)
 		qr/ERROR:  0A000: inbox cannot .* when inbox\.entries is distributed by Citus/,
 		"$api is refused with its reason");
 }
-is($coord->sql(q{SELECT count(*) FROM inbox.entries WHERE message_id = 'c1'}),
-	'0', 'the refused claim wrote nothing');
+is($coord->sql(q{SELECT count(*) FROM inbox.entries WHERE message_id IN ('c1', 'g1', 'g2')}),
+	'0', 'the refused claim and receives wrote nothing');
 is(fails($coord, q{SELECT inbox_set_content_window('billing', NULL, 'off')}), '',
 	'turning a content window off works');
 is($coord->sql(q{SELECT count(*) FROM inbox.scopes WHERE content_window IS NOT NULL}),

@@ -145,7 +145,7 @@ DECLARE
 BEGIN
 	PERFORM setseed(0.4242);
 	FOR n IN 1 .. calls LOOP
-		f := (random() * 26)::int;
+		f := (random() * 29)::int;
 		a := rnd_text();
 		b := rnd_text();
 		sql := CASE f
@@ -194,6 +194,17 @@ BEGIN
 								'SELECT count(*)::text FROM c',
 								a, rnd_text_array(), rnd_json(), 1 + (random() * 5)::int, rnd_bytea_array(), rnd_time(),
 								(ARRAY['raise', 'return', NULL, 'ignore'])[1 + (random() * 3)::int], a)
+			-- Ordered groups: a receive into a random group, a batch with
+			-- random group keys, and the scope's dead-letter setting
+			WHEN 26 THEN format('SELECT inbox_receive(%L, %L, %L::jsonb, group_key => %L)::text',
+								a, b, rnd_json(), rnd_text())
+			WHEN 27 THEN format('WITH c AS (SELECT * FROM inbox_receive_many(%L, %L::text[], '
+								'ARRAY(SELECT %L::jsonb FROM generate_series(1, %s)), group_keys => %L::text[])), '
+								'm AS (INSERT INTO fuzz_made SELECT %L, c.message_id FROM c WHERE c.status = ''received'') '
+								'SELECT count(*)::text FROM c',
+								a, rnd_text_array(), rnd_json(), 1 + (random() * 5)::int, rnd_text_array(), a)
+			WHEN 28 THEN format('SELECT inbox_set_group_dead_letters(%L, %L)::text', a,
+								(ARRAY['block', 'skip', NULL, 'drop', ''])[1 + (random() * 4)::int])
 			ELSE 'SELECT inbox_purge()::text'
 		END;
 		BEGIN
@@ -207,7 +218,7 @@ BEGIN
 			IF f = 15 THEN
 				RESET ALL;   -- keep one accepted value from steering the rest
 			END IF;
-			IF f IN (0, 1, 3, 4, 24) AND res = 'true' THEN
+			IF f IN (0, 1, 3, 4, 24, 26) AND res = 'true' THEN
 				INSERT INTO fuzz_made VALUES (a, b);
 			END IF;
 			IF f IN (17, 18) AND res IS NOT NULL AND res <> 'false' THEN
@@ -278,6 +289,28 @@ is( $node->safe_psql('postgres', q{
 	   OR NOT EXISTS (SELECT FROM fuzz_offsets f WHERE f.scope = o.scope AND f.stream = o.stream)
 }),
 	0, 'every stream offset was made by a call that succeeded, and none is malformed');
+
+# Every member of an ordered group is a message stored by a receive that
+# succeeded, in a group of its scope, with a well-formed key; a group's
+# members are pending, processing or dead, and at most one is takeable
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.group_members m
+	WHERE octet_length(m.group_key) NOT BETWEEN 1 AND 1024
+	   OR NOT EXISTS (SELECT FROM inbox.groups g WHERE g.scope = m.scope AND g.group_key = m.group_key)
+	   OR NOT EXISTS (SELECT FROM inbox.entries e WHERE e.scope = m.scope AND e.message_id = m.message_id
+					  AND e.state IN ('p', 'r', 'x'))
+}),
+	0, 'every group member is a stored, open message of a group of its scope');
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM (
+		SELECT m.scope, m.group_key FROM inbox.group_members m
+		JOIN inbox.entries e ON e.scope = m.scope AND e.message_id = m.message_id
+		WHERE NOT m.skipped AND e.due IS NOT NULL
+		GROUP BY 1, 2 HAVING count(*) > 1) x
+}),
+	0, 'no group has two messages a take could hand out');
+cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM inbox.group_members'), '>', 10,
+	'(and there are group members to check)');
 for my $f ([ 17, 'inbox_claim_offset' ], [ 18, 'inbox_claim_offsets' ], [ 19, 'inbox_forget' ],
 	[ 20, 'inbox_forget_range' ])
 {
