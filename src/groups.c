@@ -9,14 +9,15 @@
  * A receive with a group key puts its message into its group after
  * writing its entry (inbox.group_enqueue).  A completion, and a take that
  * finds a message dead, let the message leave its group, so that the
- * next member becomes due (inbox.group_leave, inbox.group_dead).  Those
- * run on every completion, grouped or not, so they first ask whether any
- * group has a member at all: inbox.group_members then has a page.  A
- * member is written by the receive's transaction, which committed before
- * any take could hand its message out, and a page that holds a live row
- * is never truncated: a completion that finds no page has no group to
- * release.  A database that never used a group pays a relation lookup per
- * completion, and no statement.
+ * next member becomes due (group_leave here, bound to inbox.group_leave
+ * for the SQL too; inbox.group_dead); a take returns each message's group
+ * key.  Those run on every take and completion, grouped or not, so they
+ * first ask whether any group has a member at all: inbox.group_members
+ * then has a page.  A member is written by the receive's transaction,
+ * which committed before any take could hand its message out, and a page
+ * that holds a live row is never truncated: a completion that finds no
+ * page has no group to release.  A database that never used a group pays
+ * a relation lookup per take and per completion, and no statement.
  *
  * On a distributed inbox the groups are refused (distributed.c).
  *
