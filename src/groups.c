@@ -46,16 +46,8 @@
 PG_FUNCTION_INFO_V1(inbox_group_leave_sql);
 
 static SPIPlanPtr enqueue_plan = NULL;
-static SPIPlanPtr enqueue_one_plan = NULL;
 static SPIPlanPtr dead_plan = NULL;
 static SPIPlanPtr key_of_plan = NULL;
-
-/* Check one group key: not empty, not longer than the limit */
-void
-inbox_group_key_check(Datum key)
-{
-	(void) inbox_check_key_datum(key, false, "group_key", INBOX_MAX_GROUP_KEY_BYTES);
-}
 
 /*
  * The group_key argument argno: NULL when the call has none or passes
@@ -118,20 +110,13 @@ inbox_group_enqueue(text *scope, Datum ids, Datum keys, Datum not_before)
 void
 inbox_group_enqueue_one(text *scope, text *message_id, text *key, Datum not_before)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+	Datum		id = PointerGetDatum(message_id);
+	Datum		k = PointerGetDatum(key);
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(message_id);
-	values[2] = PointerGetDatum(key);
-	values[3] = not_before;
-	if (not_before == (Datum) 0)
-		nulls[3] = 'n';
-	(void) inbox_execute_plan(inbox_plan(&enqueue_one_plan,
-										 "SELECT inbox.group_enqueue($1, ARRAY[$2], ARRAY[$3], $4)",
-										 4, types),
-							  values, nulls, SPI_OK_SELECT, "inbox.group_enqueue");
+	inbox_group_enqueue(scope,
+						PointerGetDatum(construct_array(&id, 1, TEXTOID, -1, false, TYPALIGN_INT)),
+						PointerGetDatum(construct_array(&k, 1, TEXTOID, -1, false, TYPALIGN_INT)),
+						not_before);
 }
 
 /*

@@ -17,7 +17,6 @@
 
 extern bool inbox_groups_in_use(void);
 extern text *inbox_group_key_arg(FunctionCallInfo fcinfo, int argno);
-extern void inbox_group_key_check(Datum key);
 extern void inbox_group_enqueue(text *scope, Datum ids, Datum keys, Datum not_before);
 extern void inbox_group_enqueue_one(text *scope, text *message_id, text *key,
 									Datum not_before);
