@@ -33,6 +33,7 @@ OBJS = \
 	src/guard.o \
 	src/window.o \
 	src/groups.o \
+	src/priorities.o \
 	src/events.o \
 	src/conflicts.o \
 	src/direct.o \
@@ -59,7 +60,7 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred poll groups ranges streams forget limits outbox direct_guard content_window drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll groups priorities ranges streams forget limits outbox direct_guard content_window drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/

@@ -2355,19 +2355,27 @@ SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_routes');
 SELECT inbox.bundle_add('operator', 'function', '@extschema@.outbox_requeue(uuid)');
 
 /* ------------------------------------------------------------------------
- * Ordered groups
+ * Ordered groups and priorities
  *
- * inbox_receive and inbox_receive_many take a group key; a scope's takes
+ * inbox_receive and inbox_receive_many take a group key and a priority;
+ * inbox.entries has a priority column, and its open messages above the
+ * default priority an index of their own (entries_ranked).  A scope's takes
  * hand out one message of a group at a time, in the order the receives
  * committed, and return each message's group key, as inbox_dead_letters
  * does.  inbox_set_group_dead_letters says whether a dead letter holds
  * its group.  The receive functions of 1.0.0 are replaced by one form per
- * payload type with the new argument last, which every call of 1.0.0
+ * payload type with the new arguments last, which every call of 1.0.0
  * resolves to, and the takes by forms with the new column: each keeps
  * the EXECUTE privileges its predecessors had (inbox.replace_api).
  * inbox.limits() gives the group key's limit too.  The functions are those
  * of inbox.sql, word for word.
  * ------------------------------------------------------------------------ */
+
+ALTER TABLE inbox.entries ADD COLUMN priority smallint;
+
+CREATE INDEX entries_ranked ON inbox.entries (scope, priority, due, message_id)
+	WHERE priority IS NOT NULL
+	  AND state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
 
 ALTER TABLE inbox.scopes ADD COLUMN group_dead_letters text COLLATE "C";
 ALTER TABLE inbox.scopes ADD CONSTRAINT scopes_group_dead_letters_check
@@ -2637,60 +2645,64 @@ DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz);
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
-									group_key text DEFAULT NULL)
+									group_key text DEFAULT NULL,
+									priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) IS
 'implementation behind the API function of the same name; call that one';
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) FROM PUBLIC;
 
 DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea);
 DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz);
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
-									group_key text DEFAULT NULL)
+									group_key text DEFAULT NULL,
+									priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) IS
 'implementation behind the API function of the same name; call that one';
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) FROM PUBLIC;
 
 DROP FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text);
 CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
 										 payload_hashes bytea[] DEFAULT NULL,
 										 not_before timestamptz DEFAULT NULL,
 										 on_mismatch text DEFAULT 'raise',
-										 group_keys text[] DEFAULT NULL)
+										 group_keys text[] DEFAULT NULL,
+										 priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) IS
 'implementation behind the API function of the same name; call that one';
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
 
 DROP FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text);
 CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
 										 payload_hashes bytea[] DEFAULT NULL,
 										 not_before timestamptz DEFAULT NULL,
 										 on_mismatch text DEFAULT 'raise',
-										 group_keys text[] DEFAULT NULL)
+										 group_keys text[] DEFAULT NULL,
+										 priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) IS
 'implementation behind the API function of the same name; call that one';
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
 
 DROP FUNCTION inbox.inbox_take(text, integer, interval);
 CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
@@ -2780,67 +2792,71 @@ BEGIN
 END
 $$;
 
-SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text)',
+SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer)',
 						 ARRAY['@extschema@.inbox_receive(text, text, jsonb, bytea)',
 							   '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz)'],
 $create$
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
-										  group_key text DEFAULT NULL)
+										  group_key text DEFAULT NULL,
+										  priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 $create$);
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
-'store a message as pending, not to be taken before not_before, behind the earlier messages of its group: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) IS
+'store a message as pending, not to be taken before not_before, behind the earlier messages of its group, ahead of lower priorities: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
 
 
-SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text)',
+SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer)',
 						 ARRAY['@extschema@.inbox_receive(text, text, bytea, bytea)',
 							   '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz)'],
 $create$
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
-										  group_key text DEFAULT NULL)
+										  group_key text DEFAULT NULL,
+										  priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 $create$);
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) IS
 'store a binary message (EDI, protobuf, ...) as pending, as the jsonb form does';
 
 
-SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[])',
+SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[])',
 						 ARRAY['@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text)'],
 $create$
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
 											   payload_hashes bytea[] DEFAULT NULL,
 											   not_before timestamptz DEFAULT NULL,
 											   on_mismatch text DEFAULT 'raise',
-											   group_keys text[] DEFAULT NULL)
+											   group_keys text[] DEFAULT NULL,
+											   priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 $create$);
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) IS
 'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
 
 
-SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[])',
+SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[])',
 						 ARRAY['@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text)'],
 $create$
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
 											   payload_hashes bytea[] DEFAULT NULL,
 											   not_before timestamptz DEFAULT NULL,
 											   on_mismatch text DEFAULT 'raise',
-											   group_keys text[] DEFAULT NULL)
+											   group_keys text[] DEFAULT NULL,
+											   priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 $create$);
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) IS
 'store a batch of binary messages as pending: one row per id';
 
 

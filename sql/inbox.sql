@@ -137,6 +137,9 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * it under a lease, or else its take: every take then checks whether its
  * lease ran out or its owner session ended.
  * receipt names the take that holds a processing message (src/deferred.c).
+ * priority is a received message's priority when it is above the default
+ * (0), which is stored as NULL: a message of the default priority, and
+ * every claim, costs it nothing (section 4, "Priorities").
  */
 CREATE TABLE inbox.entries (
 	scope text COLLATE pg_catalog."C" CONSTRAINT entries_scope_not_null NOT NULL,
@@ -156,6 +159,7 @@ CREATE TABLE inbox.entries (
 	last_error text,
 	result jsonb,
 	finished_at timestamptz,
+	priority smallint,
 	CONSTRAINT entries_pkey PRIMARY KEY (scope, message_id, bucket),
 	CONSTRAINT entries_scope_length
 		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
@@ -186,6 +190,17 @@ CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
 -- one transaction: takes hand them out in id order.
 CREATE INDEX entries_open ON inbox.entries (scope, due, message_id)
 	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
+
+-- Open messages above the default priority, by priority and due: a take
+-- reads them level by level, highest first, each level from its oldest due
+-- up to now (src/priorities.c).  Messages of the default priority stay out
+-- of it.  They are in entries_open too, which a take reads for the
+-- default priority; its name on each leaf is PostgreSQL's own,
+-- entries_pN_scope_priority_due_message_id_idx, which src/priorities.c
+-- looks up.
+CREATE INDEX entries_ranked ON inbox.entries (scope, priority, due, message_id)
+	WHERE priority IS NOT NULL
+	  AND state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
 
 -- The take that holds a processing message, for completions by receipt.
 CREATE INDEX entries_receipt ON inbox.entries (receipt)
@@ -1035,12 +1050,32 @@ BEGIN
 END
 $$;
 
+/*
+ * Priorities.  A message received with a priority above 0 (up to 32767)
+ * keeps it in inbox.entries.priority; the default, 0, is stored as NULL,
+ * so that neither a message of the default priority nor a claim pays for
+ * it.  The open messages above the default are in the index
+ * entries_ranked (section 1) besides entries_open.  A take hands out, for
+ * what remains of max_messages at each step: the messages above the
+ * default that have been due for longer than inbox.priority_age, by
+ * priority then due; those of the default priority due that long, by due;
+ * the other due messages above the default, by priority then due; the
+ * other due messages of the default priority (src/priorities.c).  So no
+ * message waits behind higher priorities for longer than
+ * inbox.priority_age (an hour by default; 0 makes priorities strict), and
+ * a scope without priorities takes exactly as before.  Within an ordered
+ * group, only the head is due: order wins over priority, and the head
+ * competes with its own priority.  A retry delay, a lease, a requeue and
+ * a not_before move a message's due and keep its priority.
+ */
+
 -- The implementations
 
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
-									group_key text DEFAULT NULL)
+									group_key text DEFAULT NULL,
+									priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1049,7 +1084,8 @@ SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
-									group_key text DEFAULT NULL)
+									group_key text DEFAULT NULL,
+									priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1059,7 +1095,8 @@ CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payload
 										 payload_hashes bytea[] DEFAULT NULL,
 										 not_before timestamptz DEFAULT NULL,
 										 on_mismatch text DEFAULT 'raise',
-										 group_keys text[] DEFAULT NULL)
+										 group_keys text[] DEFAULT NULL,
+										 priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1069,7 +1106,8 @@ CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payload
 										 payload_hashes bytea[] DEFAULT NULL,
 										 not_before timestamptz DEFAULT NULL,
 										 on_mismatch text DEFAULT 'raise',
-										 group_keys text[] DEFAULT NULL)
+										 group_keys text[] DEFAULT NULL,
+										 priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1271,13 +1309,13 @@ AS 'MODULE_PATHNAME', 'inbox_result_1_0'
 LANGUAGE C STABLE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) IS
 'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) IS
 'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) IS
 'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
 'implementation behind the API function of the same name; call that one';
@@ -1309,47 +1347,51 @@ COMMENT ON FUNCTION inbox.inbox_result(text, text) IS
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
-										  group_key text DEFAULT NULL)
+										  group_key text DEFAULT NULL,
+										  priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) IS
-'store a message as pending, not to be taken before not_before, behind the earlier messages of its group: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) IS
+'store a message as pending, not to be taken before not_before, behind the earlier messages of its group, ahead of lower priorities: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
 
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
-										  group_key text DEFAULT NULL)
+										  group_key text DEFAULT NULL,
+										  priority integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) IS
 'store a binary message (EDI, protobuf, ...) as pending, as the jsonb form does';
 
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
 											   payload_hashes bytea[] DEFAULT NULL,
 											   not_before timestamptz DEFAULT NULL,
 											   on_mismatch text DEFAULT 'raise',
-											   group_keys text[] DEFAULT NULL)
+											   group_keys text[] DEFAULT NULL,
+											   priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) IS
 'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
 
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
 											   payload_hashes bytea[] DEFAULT NULL,
 											   not_before timestamptz DEFAULT NULL,
 											   on_mismatch text DEFAULT 'raise',
-											   group_keys text[] DEFAULT NULL)
+											   group_keys text[] DEFAULT NULL,
+											   priorities integer[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) IS
 'store a batch of binary messages as pending: one row per id';
 
 CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
@@ -1469,10 +1511,10 @@ REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
@@ -1485,10 +1527,10 @@ REVOKE ALL ON FUNCTION inbox.inbox_requeue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_set_max_attempts(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_result(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
@@ -2784,10 +2826,10 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('consumer', 'function', '@extschema@.inbox_claim_many(text, text[], bytea[], text)'),
 	('consumer', 'function', '@extschema@.inbox_status(text, text)'),
 	('consumer', 'function', '@extschema@.inbox_result(text, text)'),
-	('receiver', 'function', '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text)'),
-	('receiver', 'function', '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text)'),
-	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[])'),
-	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[])'),
+	('receiver', 'function', '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer)'),
+	('receiver', 'function', '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer)'),
+	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[])'),
+	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[])'),
 	('worker', 'function', '@extschema@.inbox_take(text, integer, interval)'),
 	('worker', 'function', '@extschema@.inbox_poll(text, integer, interval, interval)'),
 	('worker', 'function', '@extschema@.inbox_complete(text, text, jsonb)'),

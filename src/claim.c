@@ -61,6 +61,7 @@
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
+#include "priorities.h"
 #include "spi.h"
 #include "stats.h"
 #include "window.h"
@@ -92,6 +93,18 @@ static const InboxLeafStatement key_statements[KEY_STATEMENTS] = {
 		"VALUES ($1, $2, $7, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now())) "
 		"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, INT2OID}
+	},
+
+	/*
+	 * The same with a priority above the default: a statement of its own,
+	 * which only the SQL that has the column reaches (priorities.c).
+	 */
+	[KEY_RECEIVE_RANKED] = {
+		"receive with a priority",
+		"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes, due, priority) "
+		"VALUES ($1, $2, $8, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now()), $7) "
+		"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
+		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, INT2OID, INT2OID}
 	},
 
 	/*
@@ -132,6 +145,7 @@ static const InboxLeafStatement legacy_statements[KEY_STATEMENTS] = {
 		"ON CONFLICT (scope, message_id) DO NOTHING",
 		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID}
 	},
+	[KEY_RECEIVE_RANKED] = {0},
 	[KEY_LOOKUP] = {
 		"lookup",
 		"SELECT received_at, payload_hash, state FROM inbox.entries "
@@ -538,14 +552,16 @@ claim_payload_digest(Datum payload, bool is_jsonb)
 
 /*
  * inbox_receive(scope text, message_id text, payload jsonb|bytea,
- *				 payload_hash bytea, not_before timestamptz, group_key text)
+ *				 payload_hash bytea, not_before timestamptz, group_key text,
+ *				 priority integer)
  *		-> boolean
  *
  * Store the message as pending, to be taken later by inbox_take.  True if
  * new; false (or IB001) if the key exists in any state; IB002 if it exists
  * with another payload hash.  The SQL overloads pick the payload's type.
- * A new message with a group key joins its group (groups.c).  1.0.0's SQL
- * has neither of the last two arguments, or only not_before.
+ * A new message with a group key joins its group (groups.c); one with a
+ * priority above the default stores it (priorities.c).  1.0.0's SQL has
+ * none of the last three arguments, or only not_before.
  */
 Datum
 inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
@@ -554,9 +570,10 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
 	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 3);
 	text	   *group_key = inbox_group_key_arg(fcinfo, 5);
+	int			priority = inbox_priority_arg(fcinfo, 6);
 	Datum		payload;
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', 'n', 'n', 'n'};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', 'n', 'n', 'n', ' '};
 	bool		received;
 	KeyPlans	kp;
 
@@ -585,9 +602,12 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 		nulls[5] = ' ';
 	}
 
+	values[6] = Int16GetDatum((int16) priority);
+
 	inbox_spi_connect();
 	kp = key_plans(scope, message_id, legacy);
-	received = claim_key(&kp, KEY_RECEIVE, values, nulls, scope, message_id, payload_hash);
+	received = claim_key(&kp, priority > 0 ? KEY_RECEIVE_RANKED : KEY_RECEIVE, values, nulls,
+						 scope, message_id, payload_hash);
 	if (received && group_key != NULL)
 		inbox_group_enqueue_one(scope, message_id, group_key, values[5]);
 	SPI_finish();

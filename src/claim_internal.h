@@ -27,6 +27,7 @@ typedef enum KeyStatement
 {
 	KEY_INSERT,					/* a claim's INSERT ... ON CONFLICT DO NOTHING */
 	KEY_RECEIVE,				/* a receive's */
+	KEY_RECEIVE_RANKED,			/* a receive's, above the default priority */
 	KEY_LOOKUP,					/* the entry of a key */
 	KEY_STATEMENTS
 } KeyStatement;

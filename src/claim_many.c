@@ -37,6 +37,7 @@
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
+#include "priorities.h"
 #include "spi.h"
 #include "stats.h"
 #include "window.h"
@@ -66,6 +67,7 @@ typedef struct Batch
 	bool		raise;			/* on_mismatch = 'raise' */
 	Datum		not_before;		/* receives only; 0 if none */
 	text	  **group_keys;		/* receives only: per id, NULL for none */
+	bool		ranked;			/* receives only: some id above the default priority */
 	const char *done;			/* the status of an id written: claimed, received */
 	SPIPlanPtr	insert;			/* its INSERT's plan; NULL: one per id */
 } Batch;
@@ -77,6 +79,7 @@ typedef struct BatchItem
 	text	   *message_id;
 	bytea	   *payload_hash;	/* NULL: no content check */
 	Datum		payload;		/* receives only */
+	int16		priority;		/* receives only; 0: the default */
 	int			first;			/* index of its first copy in the batch */
 	const char *status;
 	bytea	   *stored_hash;	/* first copies: the hash the entry now has */
@@ -100,6 +103,16 @@ static const char *const receive_many_sql =
 "ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
 
+/* The same with the ids' priorities, $7: only the SQL that has them (priorities.c) */
+static const char *const receive_many_ranked_sql =
+"INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash, state, %s, due, priority) "
+"SELECT $1, u.m, u.b, u.h, 'p', u.p, GREATEST($6, pg_catalog.now()), NULLIF(u.r, 0) "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), "
+"pg_catalog.unnest($5), pg_catalog.unnest($7)) AS u(m, b, h, p, r) "
+"ORDER BY u.m COLLATE pg_catalog.\"C\" "
+"ON CONFLICT (scope, message_id, bucket) DO NOTHING "
+"RETURNING message_id";
+
 static const char *const lookup_many_sql =
 "SELECT message_id, received_at, payload_hash, state FROM inbox.entries "
 "WHERE scope OPERATOR(pg_catalog.=) $1 "
@@ -112,6 +125,7 @@ static const char *const lookup_many_sql =
  */
 static SPIPlanPtr insert_many_plan = NULL;
 static SPIPlanPtr receive_many_plans[2] = {NULL, NULL};	/* jsonb, bytea */
+static SPIPlanPtr receive_many_ranked_plans[2] = {NULL, NULL};
 static SPIPlanPtr lookup_many_plan = NULL;
 
 static int
@@ -221,6 +235,8 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 	uint64		inserted = 0;
 	int			i;
 
+	/* A priority is refused on a distributed inbox (priorities.c) */
+	Assert(!batch->ranked);
 	for (i = 0; i < npending; i++)
 	{
 		BatchItem  *item = pending[i];
@@ -325,11 +341,12 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 	Datum	   *buckets = palloc(sizeof(Datum) * npending);
 	Datum	   *hashes = palloc(sizeof(Datum) * npending);
 	Datum	   *payloads = palloc(sizeof(Datum) * npending);
+	Datum	   *priorities = palloc(sizeof(Datum) * npending);
 	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
 	int			dims[1];
 	int			lbs[1] = {1};
-	Datum		values[6];
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	SPIPlanPtr	plan = batch->insert;
 	BatchDirectCall direct = {batch, pending, npending, 0};
 	int			rc;
@@ -345,6 +362,7 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		hashes[i] = PointerGetDatum(pending[i]->payload_hash);
 		hash_nulls[i] = (pending[i]->payload_hash == NULL);
 		payloads[i] = pending[i]->payload;
+		priorities[i] = Int16GetDatum(pending[i]->priority);
 	}
 	dims[0] = npending;
 	values[0] = PointerGetDatum(scope);
@@ -361,6 +379,8 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 													-1, false, TYPALIGN_INT));
 		values[5] = batch->not_before;
 		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+		values[6] = PointerGetDatum(construct_array(priorities, npending, INT2OID, 2, true,
+													TYPALIGN_SHORT));
 	}
 
 	if (batch->kind == BATCH_CLAIM && plan != NULL &&
@@ -508,8 +528,8 @@ on_mismatch_arg(FunctionCallInfo fcinfo, int argno)
 /*
  * The batch's arguments, every one checked before anything is written:
  * claim (scope, ids, hashes, on_mismatch); receive (scope, ids, payloads,
- * hashes, not_before, on_mismatch, group_keys), 1.0.0's SQL without the
- * last.
+ * hashes, not_before, on_mismatch, group_keys, priorities), 1.0.0's SQL
+ * without the last two.
  */
 static void
 batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
@@ -539,6 +559,8 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 		inbox_check_not_before(DatumGetTimestampTz(batch->not_before));
 	batch->done = receive ? "received" : "claimed";
 	batch->group_keys = NULL;
+	batch->ranked = false;
+	batch->items = NULL;
 
 	n = array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);
 	if (n == 0)
@@ -607,8 +629,41 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 		}
 	}
 
+	if (receive && PG_NARGS() > 7 && !PG_ARGISNULL(7))
+	{
+		ArrayType  *array = PG_GETARG_ARRAYTYPE_P(7);
+		Datum	   *levels;
+		bool	   *level_nulls;
+		int			nlevels;
+
+		if (ARR_NDIM(array) > 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("priorities must be a one-dimensional array")));
+		deconstruct_array(array, INT4OID, sizeof(int32), true, TYPALIGN_INT,
+						  &levels, &level_nulls, &nlevels);
+		if (nlevels != n)
+			ereport(ERROR,
+					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+					 errmsg("priorities must have one element per message id"),
+					 errdetail("There are %d message ids and %d priorities.", n, nlevels),
+					 errhint("Pass NULL elements for the ids of the default priority.")));
+		batch->items = palloc0(sizeof(BatchItem) * n);
+		for (i = 0; i < n; i++)
+		{
+			char		name[32];
+
+			snprintf(name, sizeof(name), "priorities[%d]", i + 1);
+			if (!level_nulls[i])
+				batch->items[i].priority =
+					(int16) inbox_check_priority(DatumGetInt32(levels[i]), name);
+			batch->ranked |= batch->items[i].priority > 0;
+		}
+	}
+
 	batch->n = n;
-	batch->items = palloc0(sizeof(BatchItem) * n);
+	if (batch->items == NULL)
+		batch->items = palloc0(sizeof(BatchItem) * n);
 	for (i = 0; i < n; i++)
 	{
 		BatchItem  *item = &batch->items[i];
@@ -683,16 +738,18 @@ static void
 batch_plans(Batch *batch)
 {
 	bool		is_jsonb = batch->kind == BATCH_RECEIVE_JSON;
-	SPIPlanPtr *receive_plan = &receive_many_plans[is_jsonb ? 0 : 1];
+	SPIPlanPtr *receive_plan = batch->ranked ? &receive_many_ranked_plans[is_jsonb ? 0 : 1] :
+		&receive_many_plans[is_jsonb ? 0 : 1];
 
 	if (batch->kind != BATCH_CLAIM && *receive_plan == NULL)
 	{
-		Oid			types[6] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
-		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID};
+		Oid			types[7] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
+		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID, INT2ARRAYOID};
 
-		*receive_plan = inbox_keep_plan(psprintf(receive_many_sql,
+		*receive_plan = inbox_keep_plan(psprintf(batch->ranked ? receive_many_ranked_sql :
+												 receive_many_sql,
 												 is_jsonb ? "payload" : "payload_bytes"),
-										6, types, CURSOR_OPT_GENERIC_PLAN);
+										batch->ranked ? 7 : 6, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 	if (insert_many_plan == NULL)
 	{

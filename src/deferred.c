@@ -32,6 +32,10 @@
  *	  than once per message.  A lost message out of attempts dies by a
  *	  statement of its own, which is rare.
  *
+ * Where messages above the default priority exist, a take also walks them
+ * level by level, highest first, with a third statement (priorities.c,
+ * which says in what order the two kinds of candidates go).
+ *
  * The first plan must not depend on statistics: a new scope, a burst that
  * autoanalyze has not seen, or plan_cache_mode = force_generic_plan must
  * not turn it into a sequential scan and a sort.  So the plan is generic
@@ -76,6 +80,7 @@
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
+#include "priorities.h"
 #include "session.h"
 #include "spi.h"
 #include "wakeup.h"
@@ -140,12 +145,12 @@ static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 		"SELECT message_id, state, attempts, payload, payload_bytes, received_at, due "
 		"FROM inbox.entries_p%d "
 		"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND (due, message_id) >= ($4, $5) AND due <= $2 "
-		"AND (state = 'p' OR lease_until < $2 "
+		"AND (state = 'p' OR lease_until < $6 "
 		"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
 		"ORDER BY due, message_id "
 		"LIMIT $3 "
 		"FOR UPDATE SKIP LOCKED",
-		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
+		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
 	},
 	[LEAF_NEXT_DUE] = {
 		"next due",
@@ -334,47 +339,26 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 			 n, SPI_processed);
 }
 
-/*
- * One attempt: pick up to max_messages due messages and hand them out.
- * *candidates is set to how many were picked, dead ones included; returns
- * how many were handed out.
- */
-static int
-take_round(TakeCall *call, int *candidates)
+/* One attempt of a take, across the statements that pick its messages */
+typedef struct TakeRound
 {
-	TimestampTz now = GetCurrentTimestamp();
-	Datum		lease_until = (Datum) 0;
-	Datum		values[5];
-	InboxFront	front;
-	TimestampTz bound;
-	text	   *bound_id = NULL;
-	SPITupleTable *picked;
-	uint64		npicked;
-	Datum		ids[TAKE_CHUNK];
+	TimestampTz now;
+	Datum		lease_until;	/* if the call has a lease */
+	int			chunk;			/* the most messages one UPDATE hands out */
+	Datum		ids[TAKE_CHUNK];	/* picked, not yet handed out */
 	Datum		receipts[TAKE_CHUNK];
-	int			nchunk = 0;
-	int			taken = 0;
+	int			nchunk;
+	int			picked;			/* candidates so far, dead ones included */
+	int			taken;			/* handed out so far */
+} TakeRound;
 
-	/*
-	 * Where Citus is installed, a take updates one message a statement:
-	 * the array form of the UPDATE on a distributed leaf can crash the
-	 * backend that runs it under Citus 13.2, for a cause not diagnosed
-	 * (test/citus/citus.pl runs takes on Citus).
-	 */
-	int			chunk = inbox_citus_installed() ? 1 : TAKE_CHUNK;
-
-	if (call->lease != NULL)
-		lease_until = DirectFunctionCall2(timestamptz_pl_interval,
-										  TimestampTzGetDatum(now),
-										  IntervalPGetDatum(call->lease));
-
-	/* From the scope's front, before which nothing is takeable (front.c) */
-	inbox_front_read(call->leaf, call->scope, now, &front);
-	values[0] = PointerGetDatum(call->scope);
-	values[1] = TimestampTzGetDatum(now);
-	values[2] = Int32GetDatum(call->max_messages);
-	values[3] = TimestampTzGetDatum(front.low);
-	values[4] = PointerGetDatum(front.low_id);
+/*
+ * Run the candidates' statement with values: it may probe the liveness of
+ * the sessions that hold messages (session.c).
+ */
+static void
+pick(TakeCall *call, Datum *values)
+{
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
@@ -385,28 +369,15 @@ take_round(TakeCall *call, int *candidates)
 		inbox_owner_probes_end();
 	}
 	PG_END_TRY();
-	picked = SPI_tuptable;
-	npicked = SPI_processed;
-	*candidates = (int) npicked;
+}
 
-	/*
-	 * The front moves to what the scan walked: up to now if it found fewer
-	 * than it asked for, else up to the last one (they come in the index's
-	 * order).  Those picked are locked by this transaction, whose end
-	 * tells the front where they went.
-	 */
-	if (npicked < (uint64) call->max_messages)
-		bound = now;
-	else
-	{
-		HeapTuple	last = picked->vals[npicked - 1];
-		bool		isnull;
-
-		bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
-		bound_id = DatumGetTextPP(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
-	}
-	inbox_front_advance(&front, now, bound, bound_id);
-
+/*
+ * Hand out the npicked candidates of picked, in their order, and free
+ * them.  Their columns are those of LEAF_CANDIDATES.
+ */
+static void
+hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked)
+{
 	for (uint64 i = 0; i < npicked; i++)
 	{
 		HeapTuple	tuple = picked->vals[i];
@@ -420,6 +391,8 @@ take_round(TakeCall *call, int *candidates)
 		bool		out_nulls[8] = {false, false, false, false, false, false, false, false};
 		pg_uuid_t  *receipt;
 
+		round->picked++;
+
 		/*
 		 * A processing message picked here was lost (its lease ran out, or
 		 * its owner is gone).  After its last allowed attempt it dies
@@ -429,21 +402,24 @@ take_round(TakeCall *call, int *candidates)
 		 */
 		if (state == INBOX_STATE_PROCESSING && attempts >= allowed_attempts(call))
 		{
+			Datum		values[3];
+
 			values[0] = PointerGetDatum(call->scope);
 			values[1] = message_id;
-			values[2] = TimestampTzGetDatum(now);
+			values[2] = TimestampTzGetDatum(round->now);
 			(void) execute(LEAF_DIE, call->leaf, values, NULL, SPI_OK_UPDATE);
 			inbox_group_dead(call->scope, message_id);
 			continue;
 		}
 
 		receipt = call->receipts ? new_receipt() : NULL;
-		ids[nchunk] = message_id;
-		receipts[nchunk] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
-		if (++nchunk == chunk)
+		round->ids[round->nchunk] = message_id;
+		round->receipts[round->nchunk] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
+		if (++round->nchunk == round->chunk)
 		{
-			take_chunk(call, ids, call->receipts ? receipts : NULL, nchunk, now, lease_until);
-			nchunk = 0;
+			take_chunk(call, round->ids, call->receipts ? round->receipts : NULL, round->nchunk,
+					   round->now, round->lease_until);
+			round->nchunk = 0;
 		}
 
 		/*
@@ -457,7 +433,7 @@ take_round(TakeCall *call, int *candidates)
 		out[4] = SPI_getbinval(tuple, desc, 6, &out_nulls[4]);
 		out[5] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
 		out_nulls[5] = receipt == NULL;
-		out[6] = lease_until;
+		out[6] = round->lease_until;
 		out_nulls[6] = call->lease == NULL;
 		/* group_key, last: 1.0.0's SQL has no such column */
 		if (call->group_column > 0)
@@ -465,13 +441,176 @@ take_round(TakeCall *call, int *candidates)
 				!(call->groups && inbox_group_key_of(call->scope, message_id,
 													 &out[call->group_column]));
 		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);
-		taken++;
+		round->taken++;
 	}
-	if (nchunk > 0)
-		take_chunk(call, ids, call->receipts ? receipts : NULL, nchunk, now, lease_until);
+	if (round->nchunk > 0)
+		take_chunk(call, round->ids, call->receipts ? round->receipts : NULL, round->nchunk,
+				   round->now, round->lease_until);
+	round->nchunk = 0;
 	/* a waiting take runs many attempts in one SPI connection */
 	SPI_freetuptable(picked);
-	return taken;
+}
+
+/*
+ * Pick up to limit messages from the open-messages index, from (low,
+ * low_id) up to until, and hand them out.  *bound and
+ * *bound_id are set to where the scan ended: until if it found fewer than
+ * it asked for, else the last one (they come in the index's order).
+ * Returns how many it picked.
+ */
+static int
+pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, TimestampTz until,
+		  int limit, TimestampTz *bound, text **bound_id)
+{
+	Datum		values[6];
+	SPITupleTable *picked;
+	uint64		npicked;
+
+	values[0] = PointerGetDatum(call->scope);
+	values[1] = TimestampTzGetDatum(until);
+	values[2] = Int32GetDatum(limit);
+	values[3] = TimestampTzGetDatum(low);
+	values[4] = PointerGetDatum(low_id);
+	values[5] = TimestampTzGetDatum(round->now);
+	pick(call, values);
+	picked = SPI_tuptable;
+	npicked = SPI_processed;
+
+	*bound = until;
+	*bound_id = NULL;
+	if (npicked == (uint64) limit)
+	{
+		HeapTuple	last = picked->vals[npicked - 1];
+		bool		isnull;
+
+		*bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
+		*bound_id = DatumGetTextPCopy(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
+	}
+	hand_out(call, round, picked, npicked);
+	return (int) npicked;
+}
+
+/*
+ * Pick up to limit messages above the default priority due in (after,
+ * until], and hand them out (priorities.c).  Returns how many it picked,
+ * or -1 if the scope has no open message above the default priority.
+ */
+static int
+pick_ranked(TakeCall *call, TakeRound *round, TimestampTz after, TimestampTz until, int limit)
+{
+	volatile int64 npicked = 0;
+
+	inbox_owner_probes_begin();
+	PG_TRY();
+	{
+		npicked = inbox_ranked_candidates(call->leaf, call->scope, after, until, round->now, limit);
+	}
+	PG_FINALLY();
+	{
+		inbox_owner_probes_end();
+	}
+	PG_END_TRY();
+	if (npicked >= 0)
+		hand_out(call, round, SPI_tuptable, (uint64) npicked);
+	return (int) npicked;
+}
+
+/*
+ * One attempt: pick up to max_messages due messages and hand them out.
+ * *candidates is set to how many were picked, dead ones included; returns
+ * how many were handed out.
+ *
+ * Without messages above the default priority in the scope's leaf, one
+ * scan of the open-messages index from the scope's front picks them all.
+ * With some, the round runs the steps that priorities.c describes, each
+ * for what the steps before it left of max_messages: the messages above
+ * the default due for longer than inbox.priority_age, then those of the
+ * default priority, then the other messages above the default, then the
+ * other messages of the default priority.
+ */
+static int
+take_round(TakeCall *call, int *candidates)
+{
+	TakeRound	round;
+	InboxFront	front;
+	TimestampTz low;
+	text	   *low_id;
+	TimestampTz bound = 0;
+	text	   *bound_id = NULL;
+	bool		scanned = false;
+	bool		ranked;
+	int64		age = inbox_priority_age();
+	TimestampTz aged;
+	int			left = call->max_messages;
+	int			n;
+
+	round.now = GetCurrentTimestamp();
+	round.lease_until = (Datum) 0;
+	round.nchunk = 0;
+	round.picked = 0;
+	round.taken = 0;
+
+	/*
+	 * Where Citus is installed, a take updates one message a statement:
+	 * the array form of the UPDATE on a distributed leaf can crash the
+	 * backend that runs it under Citus 13.2, for a cause not diagnosed
+	 * (test/citus/citus.pl runs takes on Citus).
+	 */
+	round.chunk = inbox_citus_installed() ? 1 : TAKE_CHUNK;
+
+	if (call->lease != NULL)
+		round.lease_until = DirectFunctionCall2(timestamptz_pl_interval,
+												TimestampTzGetDatum(round.now),
+												IntervalPGetDatum(call->lease));
+
+	/* From the scope's front, before which nothing is takeable (front.c) */
+	inbox_front_read(call->leaf, call->scope, round.now, &front);
+	low = front.low;
+	low_id = front.low_id;
+	ranked = inbox_ranked_in_use(call->leaf);
+	aged = age > 0 ? round.now - age : DT_NOBEGIN;
+
+	if (ranked && age > 0)
+	{
+		n = pick_ranked(call, &round, DT_NOBEGIN, aged, left);
+		if (n < 0)
+			ranked = false;
+		else
+		{
+			left -= n;
+			if (left > 0 && (low == DT_NOBEGIN || low <= aged))
+			{
+				left -= pick_open(call, &round, low, low_id, aged, left, &bound, &bound_id);
+				scanned = true;
+				/* The next scan starts after this one's span */
+				low = aged + 1;
+				low_id = cstring_to_text_with_len("", 0);
+			}
+		}
+	}
+	if (ranked && left > 0)
+	{
+		n = pick_ranked(call, &round, aged, round.now, left);
+		if (n < 0)
+			ranked = false;
+		else
+			left -= n;
+	}
+	if (left > 0)
+	{
+		left -= pick_open(call, &round, low, low_id, round.now, left, &bound, &bound_id);
+		scanned = true;
+	}
+
+	/*
+	 * The front moves to where the last scan from it ended.  Those picked
+	 * are locked by this transaction, whose end tells the front where they
+	 * went.
+	 */
+	if (scanned)
+		inbox_front_advance(&front, round.now, bound, bound_id);
+	*candidates = round.picked;
+	return round.taken;
 }
 
 /*

@@ -112,9 +112,11 @@ static Oid	entries_relid = InvalidOid;
 static bool callback_registered = false;
 
 /*
- * The partial indexes of the deferred mode (entries_open, entries_receipt,
- * entries_dead) never hold a claim's entry: each predicate reads only the
- * state, and is false for a done one.  The SQL INSERT opens and locks them,
+ * The partial indexes of the deferred mode (entries_open, entries_ranked,
+ * entries_receipt, entries_dead) never hold a claim's entry: each
+ * predicate reads only the state and the columns after it, which a claim
+ * leaves NULL (entries.h), and is false for a done one.  The SQL INSERT
+ * opens and locks them,
  * prepares their predicates and evaluates them, for nothing; a claim
  * written here leaves them out, which is what ExecInsertIndexTuples would
  * conclude.  The verdict is proven once per index (index_holds_claims) and
@@ -182,6 +184,27 @@ leaf_relid(int leaf)
 	return leaf_relids[leaf];
 }
 
+/*
+ * Whether attrs (of pull_varattnos) name only the state and the columns
+ * after it, and the state among them.
+ */
+static bool
+claim_null_columns_only(Bitmapset *attrs)
+{
+	int			attr = -1;
+
+	if (!bms_is_member(Anum_entries_state - FirstLowInvalidHeapAttributeNumber, attrs))
+		return false;
+	while ((attr = bms_next_member(attrs, attr)) >= 0)
+	{
+		AttrNumber	attno = attr + FirstLowInvalidHeapAttributeNumber;
+
+		if (attno < Anum_entries_state || attno > Natts_entries)
+			return false;
+	}
+	return true;
+}
+
 /* The proven verdict on indexid: its slot in known_indexes, or -1 */
 static int
 known_index(Oid indexid)
@@ -196,8 +219,9 @@ known_index(Oid indexid)
 
 /*
  * Whether index may hold a claim's entry: false only for a partial index
- * whose predicate reads nothing but the state and is false for a done
- * entry, which is then proven by evaluating it on one.
+ * whose predicate reads nothing but the state and the columns after it,
+ * and is false for a claim's entry (done, the columns after the state
+ * NULL), which is then proven by evaluating it on one.
  */
 static bool
 index_holds_claims(Relation index, Relation leaf)
@@ -214,9 +238,7 @@ index_holds_claims(Relation index, Relation leaf)
 	predicate = RelationGetIndexPredicate(index);
 	if (predicate != NIL)
 		pull_varattnos((Node *) predicate, 1, &attrs);
-	if (predicate != NIL &&
-		bms_membership(attrs) == BMS_SINGLETON &&
-		bms_is_member(Anum_entries_state - FirstLowInvalidHeapAttributeNumber, attrs))
+	if (predicate != NIL && claim_null_columns_only(attrs))
 	{
 		EState	   *estate = CreateExecutorState();
 		MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);

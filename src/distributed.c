@@ -120,6 +120,14 @@ static const Refusal refusals[] = {
 		"Receive without group_key, or keep the ordered scopes in a database whose inbox is not "
 		"distributed; docs/scale-out.md says more."
 	},
+	[INBOX_REFUSE_PRIORITIES] = {
+		"receive with a priority above 0",
+		"A take reads the messages above the default priority with a recursive query over the entries; "
+		"on a distributed inbox the takes run only statements proven to route to the scope's shard, "
+		"and that one is not among them.",
+		"Receive without priority, or keep the prioritized scopes in a database whose inbox is not "
+		"distributed; docs/scale-out.md says more."
+	},
 };
 
 /* -1: not known yet; else whether inbox.entries is distributed */

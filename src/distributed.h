@@ -23,7 +23,8 @@ typedef enum InboxRefusal
 	INBOX_REFUSE_PURGE_ON_WORKER,
 	INBOX_REFUSE_CONTENT_WINDOW,
 	INBOX_REFUSE_OUTBOX,
-	INBOX_REFUSE_GROUPS
+	INBOX_REFUSE_GROUPS,
+	INBOX_REFUSE_PRIORITIES
 } InboxRefusal;
 
 extern bool inbox_entries_distributed(void);

@@ -43,6 +43,7 @@
 #include "events.h"
 #include "front.h"
 #include "outbox.h"
+#include "priorities.h"
 #include "purge.h"
 #include "stats.h"
 #include "version.h"
@@ -113,6 +114,7 @@ _PG_init(void)
 	conflicts_init();			/* inbox.on_duplicate, inbox.claim_timeout */
 	direct_init();				/* inbox.direct_insert */
 	deferred_init();			/* inbox.max_attempts */
+	priorities_init();			/* inbox.priority_age */
 	front_init();				/* inbox.take_front */
 	purge_init();				/* retention and purge batches */
 	outbox_init();				/* inbox.outbox_retention */

@@ -50,6 +50,13 @@
 #define INBOX_MAX_GROUP_KEY_BYTES	1024
 
 /*
+ * A message's priority in the deferred mode (src/priorities.c): 0, the
+ * default and the lowest, up to the largest smallint, as which it is
+ * stored.
+ */
+#define INBOX_MAX_PRIORITY			PG_INT16_MAX
+
+/*
  * Limits of the outbox (sql/inbox.sql, section 11), in the same style: a
  * topic is named like a scope, a key like a message id, both within one
  * btree entry with room to spare; a target is a URL, which the relay

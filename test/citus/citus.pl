@@ -90,8 +90,8 @@ $coord->sql(q{
 	GRANT SELECT, INSERT ON orders TO billing_consumer, shipping_worker, intruder;
 	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_status(text, text),
 		inbox_claim_many(text, text[], bytea[], text), inbox_result(text, text) TO billing_consumer, intruder;
-	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text),
-		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[]) TO shipping_receiver;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer),
+		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) TO shipping_receiver;
 	GRANT EXECUTE ON FUNCTION inbox_poll(text, integer, interval, interval),
 		inbox_complete(text, uuid, jsonb), inbox_fail(text, uuid, text, interval),
 		inbox_extend(text, uuid, interval), inbox_result(text, text) TO shipping_worker;
@@ -422,6 +422,9 @@ my %refused = (
 	'a receive into an ordered group' => q{SELECT inbox_receive('jobs', 'g1', '{}'::jsonb, group_key => 'k')},
 	'a batch received into ordered groups' =>
 	  q{SELECT count(*) FROM inbox_receive_many('jobs', ARRAY['g2'], ARRAY['{}']::jsonb[], group_keys => ARRAY['k'])},
+	'a receive with a priority' => q{SELECT inbox_receive('jobs', 'p1', '{}'::jsonb, priority => 3)},
+	'a batch received with priorities' =>
+	  q{SELECT count(*) FROM inbox_receive_many('jobs', ARRAY['p2'], ARRAY['{}']::jsonb[], priorities => ARRAY[3])},
 );
 for my $api (sort keys %refused)
 {

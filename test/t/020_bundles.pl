@@ -319,7 +319,7 @@ $node->safe_psql('later', q{
 	CREATE ROLE later_receiver;
 	CREATE ROLE later_partial;
 	SELECT inbox_grant_bundle('later_receiver', 'receiver');
-	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text) TO later_partial;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) TO later_partial;
 	CREATE FUNCTION inbox_receive_later(scope text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
 	REVOKE ALL ON FUNCTION inbox_receive_later(text) FROM PUBLIC;
 	SELECT inbox.bundle_add('receiver', 'function', 'public.inbox_receive_later(text)');
@@ -358,7 +358,7 @@ like($dump, qr/GRANT SELECT ON TABLE \w+\.inbox_bundles TO old_operator;/,
 
 
 # 1.1.0 replaces 1.0.0's receive functions by one form per payload type
-# with group_key last: the roles that could execute the old forms can
+# with group_key and priority last: the roles that could execute the old forms can
 # execute the new one, and pg_dump keeps those grants.
 $node->safe_psql('from_1_0', q{
 	DROP EXTENSION inbox;
@@ -380,10 +380,10 @@ is( $node->safe_psql('from_1_0', q{
 						  || '/' || has_function_privilege('old_partial', p.oid, 'EXECUTE'), ' ' ORDER BY 1)
 		  FROM pg_proc p
 		 WHERE p.proname IN ('inbox_receive', 'inbox_receive_many') AND p.pronamespace = 'public'::regnamespace}),
-	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text)=true/true '
-	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text)=true/false '
-	  . 'inbox_receive_many(text,text[],bytea[],bytea[],timestamp with time zone,text,text[])=true/false '
-	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[])=true/false',
+	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text,integer)=true/true '
+	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text,integer)=true/false '
+	  . 'inbox_receive_many(text,text[],bytea[],bytea[],timestamp with time zone,text,text[],integer[])=true/false '
+	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[],integer[])=true/false',
 	'the update leaves one receive per payload type, each granted to the roles that could execute its 1.0.0 forms');
 is( $node->safe_psql('from_1_0', q{
 		SELECT has_function_privilege('old_receiver', 'inbox_take(text, integer, interval)', 'EXECUTE'),
@@ -395,10 +395,10 @@ is( $node->safe_psql('from_1_0', q{
 	'the takes, made again with their group_key column, keep their grants and their bundle');
 is( $node->safe_psql('from_1_0', q{
 		SELECT string_agg(object, ' ' ORDER BY object) FROM inbox_bundles WHERE bundle = 'receiver'}),
-	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text) '
-	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text) '
-	  . 'inbox_receive_many(text,text[],bytea[],bytea[],timestamp with time zone,text,text[]) '
-	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[])',
+	'inbox_receive(text,text,bytea,bytea,timestamp with time zone,text,integer) '
+	  . 'inbox_receive(text,text,jsonb,bytea,timestamp with time zone,text,integer) '
+	  . 'inbox_receive_many(text,text[],bytea[],bytea[],timestamp with time zone,text,text[],integer[]) '
+	  . 'inbox_receive_many(text,text[],jsonb[],bytea[],timestamp with time zone,text,text[],integer[])',
 	'the receiver bundle holds the new forms');
 my ($rok, $rout, $rerr) = (0, '', '');
 $rok = $node->psql('from_1_0', q{SELECT inbox_receive('g', 'm-1', '{}'::jsonb, group_key => 'k')},
@@ -415,7 +415,7 @@ IPC::Run::run([ 'pg_dump', '--schema-only', '-d', $node->connstr('from_1_0') ], 
   or die 'pg_dump failed';
 like(
 	$dump,
-	qr/GRANT ALL ON FUNCTION \w+\.inbox_receive\(scope text, message_id text, payload jsonb, payload_hash bytea, not_before timestamp with time zone, group_key text\) TO old_receiver;/,
+	qr/GRANT ALL ON FUNCTION \w+\.inbox_receive\(scope text, message_id text, payload jsonb, payload_hash bytea, not_before timestamp with time zone, group_key text, priority integer\) TO old_receiver;/,
 	'pg_dump dumps the grants the update carried over');
 like(
 	$dump,

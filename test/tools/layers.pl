@@ -38,6 +38,7 @@ my @layers = (
 		[ guard => qw(guard.c) ],
 		[ window => qw(window.c window.h) ],
 		[ groups => qw(groups.c groups.h) ],
+		[ priorities => qw(priorities.c priorities.h) ],
 	],
 	[
 		engine =>

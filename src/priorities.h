@@ -1,0 +1,26 @@
+/*-------------------------------------------------------------------------
+ *
+ * priorities.h
+ *	  Priorities of the deferred mode: the checks of the receives'
+ *	  priority arguments, and the take's walk of the messages above the
+ *	  default priority, level by level.
+ *
+ * src/priorities.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_PRIORITIES_H
+#define INBOX_PRIORITIES_H
+
+#include "fmgr.h"
+#include "datatype/timestamp.h"
+
+extern void priorities_init(void);
+extern int	inbox_priority_arg(FunctionCallInfo fcinfo, int argno);
+extern int	inbox_check_priority(int32 value, const char *argname);
+extern int64 inbox_priority_age(void);
+extern bool inbox_ranked_in_use(int leaf);
+extern int64 inbox_ranked_candidates(int leaf, text *scope, TimestampTz after,
+									 TimestampTz until, TimestampTz now, int limit);
+
+#endif							/* INBOX_PRIORITIES_H */
