@@ -145,7 +145,7 @@ DECLARE
 BEGIN
 	PERFORM setseed(0.4242);
 	FOR n IN 1 .. calls LOOP
-		f := (random() * 29)::int;
+		f := (random() * 31)::int;
 		a := rnd_text();
 		b := rnd_text();
 		sql := CASE f
@@ -205,6 +205,17 @@ BEGIN
 								a, rnd_text_array(), rnd_json(), 1 + (random() * 5)::int, rnd_text_array(), a)
 			WHEN 28 THEN format('SELECT inbox_set_group_dead_letters(%L, %L)::text', a,
 								(ARRAY['block', 'skip', NULL, 'drop', ''])[1 + (random() * 4)::int])
+			-- Priorities: a receive with a random priority, a batch with
+			-- random ones, some in a random group
+			WHEN 29 THEN format('SELECT inbox_receive(%L, %L, %L::jsonb, priority => %L::integer, group_key => %L)::text',
+								a, b, rnd_json(), rnd_int(),
+								(ARRAY[NULL, rnd_text()])[1 + (random() * 1)::int])
+			WHEN 30 THEN format('WITH c AS (SELECT * FROM inbox_receive_many(%L, %L::text[], '
+								'ARRAY(SELECT %L::jsonb FROM generate_series(1, %s)), priorities => %L::integer[])), '
+								'm AS (INSERT INTO fuzz_made SELECT %L, c.message_id FROM c WHERE c.status = ''received'') '
+								'SELECT count(*)::text FROM c',
+								a, rnd_text_array(), rnd_json(), 1 + (random() * 5)::int,
+								ARRAY(SELECT rnd_int() FROM generate_series(1, (random() * 6)::int)), a)
 			ELSE 'SELECT inbox_purge()::text'
 		END;
 		BEGIN
@@ -218,7 +229,7 @@ BEGIN
 			IF f = 15 THEN
 				RESET ALL;   -- keep one accepted value from steering the rest
 			END IF;
-			IF f IN (0, 1, 3, 4, 24, 26) AND res = 'true' THEN
+			IF f IN (0, 1, 3, 4, 24, 26, 29) AND res = 'true' THEN
 				INSERT INTO fuzz_made VALUES (a, b);
 			END IF;
 			IF f IN (17, 18) AND res IS NOT NULL AND res <> 'false' THEN
@@ -311,6 +322,16 @@ is( $node->safe_psql('postgres', q{
 	0, 'no group has two messages a take could hand out');
 cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM inbox.group_members'), '>', 10,
 	'(and there are group members to check)');
+
+# A stored priority is above the default (the default is NULL) and within
+# range, on a message of the deferred mode
+is( $node->safe_psql('postgres', q{
+	SELECT count(*) FROM inbox.entries
+	WHERE priority IS NOT NULL AND (priority NOT BETWEEN 1 AND 32767 OR payload IS NULL AND payload_bytes IS NULL)
+}),
+	0, 'every stored priority is above the default, within range, on a received message');
+cmp_ok($node->safe_psql('postgres', 'SELECT count(*) FROM inbox.entries WHERE priority IS NOT NULL'), '>', 5,
+	'(and there are priorities to check)');
 for my $f ([ 17, 'inbox_claim_offset' ], [ 18, 'inbox_claim_offsets' ], [ 19, 'inbox_forget' ],
 	[ 20, 'inbox_forget_range' ])
 {
