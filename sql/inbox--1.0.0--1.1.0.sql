@@ -2359,7 +2359,8 @@ SELECT inbox.bundle_add('operator', 'function', '@extschema@.outbox_requeue(uuid
  *
  * inbox_receive and inbox_receive_many take a group key and a priority;
  * inbox.entries has a priority column, and its open messages above the
- * default priority an index of their own (entries_ranked).  A scope's takes
+ * default priority that are pending an index of their own (entries_ranked).
+ * A scope's takes
  * hand out one message of a group at a time, in the order the receives
  * committed, and return each message's group key, as inbox_dead_letters
  * does.  inbox_set_group_dead_letters says whether a dead letter holds
@@ -2374,8 +2375,7 @@ SELECT inbox.bundle_add('operator', 'function', '@extschema@.outbox_requeue(uuid
 ALTER TABLE inbox.entries ADD COLUMN priority smallint;
 
 CREATE INDEX entries_ranked ON inbox.entries (scope, priority, due, message_id)
-	WHERE priority IS NOT NULL
-	  AND state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
+	WHERE priority IS NOT NULL AND state OPERATOR(pg_catalog.=) 'p'::"char";
 
 ALTER TABLE inbox.scopes ADD COLUMN group_dead_letters text COLLATE "C";
 ALTER TABLE inbox.scopes ADD CONSTRAINT scopes_group_dead_letters_check

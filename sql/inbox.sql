@@ -191,16 +191,17 @@ CREATE INDEX entries_scope_received_at ON inbox.entries (scope, received_at);
 CREATE INDEX entries_open ON inbox.entries (scope, due, message_id)
 	WHERE state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
 
--- Open messages above the default priority, by priority and due: a take
--- reads them level by level, highest first, each level from its oldest due
--- up to now (src/priorities.c).  Messages of the default priority stay out
--- of it.  They are in entries_open too, which a take reads for the
--- default priority; its name on each leaf is PostgreSQL's own,
--- entries_pN_scope_priority_due_message_id_idx, which src/priorities.c
--- looks up.
+-- Pending messages above the default priority, by priority and due: a
+-- take reads them level by level, highest first, each level from its
+-- oldest due up to now (src/priorities.c).  Messages of the default
+-- priority stay out of it, and a message leaves it when taken, so that its
+-- levels are not strewn with the entries of messages taken since the last
+-- vacuum.  They are all in entries_open too, which a take reads for the
+-- default priority and for the messages taken and lost.  Its name on each
+-- leaf is PostgreSQL's own, entries_pN_scope_priority_due_message_id_idx,
+-- which src/priorities.c looks up.
 CREATE INDEX entries_ranked ON inbox.entries (scope, priority, due, message_id)
-	WHERE priority IS NOT NULL
-	  AND state OPERATOR(pg_catalog.<>) 'd'::"char" AND state OPERATOR(pg_catalog.<>) 'x'::"char";
+	WHERE priority IS NOT NULL AND state OPERATOR(pg_catalog.=) 'p'::"char";
 
 -- The take that holds a processing message, for completions by receipt.
 CREATE INDEX entries_receipt ON inbox.entries (receipt)
@@ -1054,19 +1055,19 @@ $$;
  * Priorities.  A message received with a priority above 0 (up to 32767)
  * keeps it in inbox.entries.priority; the default, 0, is stored as NULL,
  * so that neither a message of the default priority nor a claim pays for
- * it.  The open messages above the default are in the index
+ * it.  The pending messages above the default are in the index
  * entries_ranked (section 1) besides entries_open.  A take hands out, for
- * what remains of max_messages at each step: the messages above the
- * default that have been due for longer than inbox.priority_age, by
- * priority then due; those of the default priority due that long, by due;
- * the other due messages above the default, by priority then due; the
- * other due messages of the default priority (src/priorities.c).  So no
- * message waits behind higher priorities for longer than
- * inbox.priority_age (an hour by default; 0 makes priorities strict), and
- * a scope without priorities takes exactly as before.  Within an ordered
- * group, only the head is due: order wins over priority, and the head
- * competes with its own priority.  A retry delay, a lease, a requeue and
- * a not_before move a message's due and keep its priority.
+ * what remains of max_messages at each step: the messages of any
+ * priority due for longer than inbox.priority_age, by due; the other due
+ * messages above the default, by priority then due; the other due
+ * messages of the default priority, and the messages taken and lost, by
+ * due (src/priorities.c).  So no message waits behind higher priorities
+ * for longer than inbox.priority_age (an hour by default; 0 makes
+ * priorities strict), and a scope without priorities takes exactly as
+ * before.  Within an ordered group, only the head is due: order wins over
+ * priority, and the head competes with its own priority.  A retry delay,
+ * a lease, a requeue and a not_before move a message's due and keep its
+ * priority.
  */
 
 -- The implementations

@@ -76,6 +76,7 @@
 #include "direct.h"
 #include "events.h"
 #include "distributed.h"
+#include "entries.h"
 #include "front.h"
 #include "groups.h"
 #include "inbox.h"
@@ -142,15 +143,15 @@ typedef enum DeferredLeafPlan
 static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 	[LEAF_CANDIDATES] = {
 		"candidates",
-		"SELECT message_id, state, attempts, payload, payload_bytes, received_at, due "
-		"FROM inbox.entries_p%d "
-		"WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND (due, message_id) >= ($4, $5) AND due <= $2 "
-		"AND (state = 'p' OR lease_until < $6 "
-		"     OR ((receipt IS NULL OR lease_until IS NULL) AND NOT inbox.session_alive(owner_session))) "
-		"ORDER BY due, message_id "
+		"SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due "
+		"FROM inbox.entries_p%d e "
+		"WHERE e.scope = $1 AND e.state <> 'd' AND e.state <> 'x' "
+		"AND (e.due, e.message_id) >= ($4, $5) AND e.due <= $2 "
+		"AND " INBOX_TAKEABLE_SQL("e") " "
+		"ORDER BY e.due, e.message_id "
 		"LIMIT $3 "
 		"FOR UPDATE SKIP LOCKED",
-		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID}
+		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	[LEAF_NEXT_DUE] = {
 		"next due",
@@ -462,7 +463,7 @@ static int
 pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, TimestampTz until,
 		  int limit, TimestampTz *bound, text **bound_id)
 {
-	Datum		values[6];
+	Datum		values[5];
 	SPITupleTable *picked;
 	uint64		npicked;
 
@@ -471,7 +472,6 @@ pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, Times
 	values[2] = Int32GetDatum(limit);
 	values[3] = TimestampTzGetDatum(low);
 	values[4] = PointerGetDatum(low_id);
-	values[5] = TimestampTzGetDatum(round->now);
 	pick(call, values);
 	picked = SPI_tuptable;
 	npicked = SPI_processed;
@@ -491,28 +491,69 @@ pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, Times
 }
 
 /*
- * Pick up to limit messages above the default priority due in (after,
- * until], and hand them out (priorities.c).  Returns how many it picked,
- * or -1 if the scope has no open message above the default priority.
+ * Pick and hand out the messages of a take in a scope that has messages
+ * above the default priority, in one statement (priorities.c), from the
+ * front low, low_id on, the messages due up to aged first when aged_first.
+ * Sets *bound, *bound_id to where its reading from the front ended, and
+ * returns whether it read from there.
  */
-static int
-pick_ranked(TakeCall *call, TakeRound *round, TimestampTz after, TimestampTz until, int limit)
+static uint64
+run_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, TimestampTz aged,
+		   bool aged_first)
 {
-	volatile int64 npicked = 0;
+	volatile uint64 npicked = 0;
 
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
-		npicked = inbox_ranked_candidates(call->leaf, call->scope, after, until, round->now, limit);
+		npicked = inbox_ranked_candidates(call->leaf, call->scope, round->now, call->max_messages,
+										  low, low_id, aged, aged_first);
 	}
 	PG_FINALLY();
 	{
 		inbox_owner_probes_end();
 	}
 	PG_END_TRY();
-	if (npicked >= 0)
-		hand_out(call, round, SPI_tuptable, (uint64) npicked);
-	return (int) npicked;
+	return npicked;
+}
+
+static bool
+pick_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id,
+			TimestampTz aged, bool aged_first, TimestampTz *bound, text **bound_id)
+{
+	uint64		npicked = run_ranked(call, round, low, low_id, aged, aged_first);
+	SPITupleTable *picked;
+	int			last_pass = 0;
+	bool		isnull;
+	bool		read;
+
+	picked = SPI_tuptable;
+	if (npicked > 0)
+		last_pass = DatumGetInt32(SPI_getbinval(picked->vals[npicked - 1], picked->tupdesc, 8,
+												&isnull));
+
+	/*
+	 * As pick_open's bound, for steps 1 and 3 together: a statement that
+	 * found fewer than it asked for read up to now; else it ended in the
+	 * step of its last row, at that row, or, in step 2, after step 1.
+	 */
+	*bound_id = NULL;
+	read = true;
+	if (npicked < (uint64) call->max_messages)
+		*bound = round->now;
+	else if (last_pass == 1 || last_pass == 3)
+	{
+		HeapTuple	last = picked->vals[npicked - 1];
+
+		*bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
+		*bound_id = DatumGetTextPCopy(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
+	}
+	else if (aged_first)
+		*bound = aged;
+	else
+		read = false;
+	hand_out(call, round, picked, npicked);
+	return read;
 }
 
 /*
@@ -522,27 +563,16 @@ pick_ranked(TakeCall *call, TakeRound *round, TimestampTz after, TimestampTz unt
  *
  * Without messages above the default priority in the scope's leaf, one
  * scan of the open-messages index from the scope's front picks them all.
- * With some, the round runs the steps that priorities.c describes, each
- * for what the steps before it left of max_messages: the messages above
- * the default due for longer than inbox.priority_age, then those of the
- * default priority, then the other messages above the default, then the
- * other messages of the default priority.
+ * With some, one statement runs the steps that priorities.c describes.
  */
 static int
 take_round(TakeCall *call, int *candidates)
 {
 	TakeRound	round;
 	InboxFront	front;
-	TimestampTz low;
-	text	   *low_id;
 	TimestampTz bound = 0;
 	text	   *bound_id = NULL;
-	bool		scanned = false;
-	bool		ranked;
-	int64		age = inbox_priority_age();
-	TimestampTz aged;
-	int			left = call->max_messages;
-	int			n;
+	bool		scanned;
 
 	round.now = GetCurrentTimestamp();
 	round.lease_until = (Datum) 0;
@@ -565,46 +595,25 @@ take_round(TakeCall *call, int *candidates)
 
 	/* From the scope's front, before which nothing is takeable (front.c) */
 	inbox_front_read(call->leaf, call->scope, round.now, &front);
-	low = front.low;
-	low_id = front.low_id;
-	ranked = inbox_ranked_in_use(call->leaf);
-	aged = age > 0 ? round.now - age : DT_NOBEGIN;
+	if (inbox_ranked_in_scope(call->leaf, call->scope))
+	{
+		int64		age = inbox_priority_age();
+		TimestampTz aged = age > 0 ? round.now - age : DT_NOBEGIN;
 
-	if (ranked && age > 0)
-	{
-		n = pick_ranked(call, &round, DT_NOBEGIN, aged, left);
-		if (n < 0)
-			ranked = false;
-		else
-		{
-			left -= n;
-			if (left > 0 && (low == DT_NOBEGIN || low <= aged))
-			{
-				left -= pick_open(call, &round, low, low_id, aged, left, &bound, &bound_id);
-				scanned = true;
-				/* The next scan starts after this one's span */
-				low = aged + 1;
-				low_id = cstring_to_text_with_len("", 0);
-			}
-		}
+		scanned = pick_ranked(call, &round, front.low, front.low_id, aged,
+							  age > 0 && (front.low == DT_NOBEGIN || front.low <= aged),
+							  &bound, &bound_id);
 	}
-	if (ranked && left > 0)
+	else
 	{
-		n = pick_ranked(call, &round, aged, round.now, left);
-		if (n < 0)
-			ranked = false;
-		else
-			left -= n;
-	}
-	if (left > 0)
-	{
-		left -= pick_open(call, &round, low, low_id, round.now, left, &bound, &bound_id);
+		(void) pick_open(call, &round, front.low, front.low_id, round.now, call->max_messages,
+						 &bound, &bound_id);
 		scanned = true;
 	}
 
 	/*
-	 * The front moves to where the last scan from it ended.  Those picked
-	 * are locked by this transaction, whose end tells the front where they
+	 * The front moves to where the scan from it ended.  Those picked are
+	 * locked by this transaction, whose end tells the front where they
 	 * went.
 	 */
 	if (scanned)

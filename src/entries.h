@@ -46,6 +46,16 @@
 #define INBOX_STATE_DEAD			'x'
 
 /*
+ * Whether an open entry (of alias a) may be handed out by a take at now,
+ * $2 of every take's statement: pending, or processing but lost, its lease
+ * run out or the session that holds it without a lease ended
+ * (inbox.session_alive, session.c).
+ */
+#define INBOX_TAKEABLE_SQL(a) \
+	"(" a ".state = 'p' OR " a ".lease_until < $2 " \
+	"OR ((" a ".receipt IS NULL OR " a ".lease_until IS NULL) AND NOT inbox.session_alive(" a ".owner_session)))"
+
+/*
  * The columns of inbox.entries, by number.  A claim sets the first six;
  * every later column is NULL in a claim's entry and has no default.
  */

@@ -12,36 +12,40 @@
  * besides entries_open, which holds every open message.  A take
  * (deferred.c) hands out, in this order:
  *
- *	1. messages above the default that have been due for longer than
- *	   inbox.priority_age, by priority, then due;
- *	2. messages of the default priority due that long, by due;
- *	3. the other due messages above the default, by priority, then due;
- *	4. the other due messages of the default priority, by due.
+ *	1. messages of any priority due for longer than inbox.priority_age,
+ *	   by due;
+ *	2. the other due messages above the default, by priority, then due;
+ *	3. the other due messages of the default priority, by due.
  *
  * So a message waits behind higher priorities for at most
- * inbox.priority_age; after that, only behind messages that have waited
- * as long.  Steps 2 and 4 are the take's scan of entries_open from the
- * scope's front (front.c), as without priorities: steps 1 and 3 took the
- * takeable messages above the default in the same spans, so these scans
- * find messages of the default priority, and pass over the others, which
- * are in flight or held by a concurrent take, as they would in a scope
- * without priorities.  Steps 1 and 3 are one statement,
- * inbox_ranked_candidates: a walk down the
- * priorities present in the scope (one index descent each, in a recursive
- * CTE), which reads at each level the due messages of the step's span, in
- * index order, and stops as soon as it has enough.  The index holds only
- * open messages and a level is read only up to now, so what the walk
- * reads past is the messages in flight, those a concurrent take holds,
- * and the index entries of messages done since the leaf's last vacuum:
+ * inbox.priority_age; after that, only behind messages due before it.
+ *
+ * One statement runs the three steps (inbox_ranked_candidates).  Steps 1
+ * and 3 scan entries_open from the scope's front (front.c), as a take
+ * without priorities does.  Step 3 skips the pending messages above the
+ * default, which step 2 has taken, locked by this statement, unless
+ * another take holds them: what it passes over is what a scan of every
+ * priority would pass over, so the front stays a bound for every
+ * priority.  Hence step 1 runs only behind a front older than
+ * inbox.priority_age, and step 2 reads no message due before that age.
+ * A message above the default that was taken and lost (its lease ran
+ * out, its session ended) comes back in step 1 or 3, by due, as any lost
+ * message.
+ *
+ * Step 2 reads entries_ranked, which holds the pending messages above the
+ * default.  It walks down the priorities present in the scope, one index
+ * descent each in a recursive CTE, lazily, and reads at each level the
+ * due messages in index order, until it has enough.  A level is read
+ * only up to now, so what it reads past is the messages a concurrent take
+ * holds, and the entries of messages taken since the leaf's last vacuum:
  * there is no front for the levels above the default.
  *
- * Those steps run only in a leaf whose entries_ranked has ever held an
- * entry: an empty btree has only its metapage, and its root is never
- * truncated.  A scope in such a leaf that has no message above the
- * default pays step 1's statement, which finds no level and says so; a
- * database that never received a priority pays a relation lookup per
- * take, and no statement.  On a distributed inbox a priority is refused
- * (distributed.c), so its leaves' indexes stay empty here.
+ * The statement runs only for a scope of which entries_ranked holds an
+ * entry (inbox_ranked_in_scope): any other is taken from as without
+ * priorities, at the cost of a relation lookup per take, and of one
+ * descent of the index in a leaf where it ever held an entry.  On a
+ * distributed inbox a priority is refused (distributed.c), so its leaves'
+ * indexes stay empty here.
  *
  * src/priorities.c
  *
@@ -50,13 +54,19 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/relscan.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/bufmgr.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "distributed.h"
 #include "entries.h"
 #include "inbox.h"
@@ -67,35 +77,47 @@
 static int	priority_age = 3600;
 
 /*
- * The due messages above the default priority of a span (after, until],
- * highest priority first, then by due, at most $3.  With no such message
- * in the scope at all, one row of NULLs (levels.n = 1, p NULL).  $5 is now,
- * for the leases, which the span's end may precede.  The filters are those
- * of deferred.c's candidates.
+ * A take's candidates in a scope that has messages above the default, in
+ * the three steps of the banner, each row with its step (pass): 1, when
+ * $8 says the front ($4, $5) is older than $6 (now less
+ * inbox.priority_age), the messages from it up to $6; 2, at each level
+ * from the highest, the pending ones due after $6 up to $2 (now); 3, of
+ * the default priority or taken and lost, from ($4, $5) or, after step 1,
+ * ($7, '') up to $2.  At most $3
+ * in all: an Append runs its branches in order and the LIMIT stops it, so
+ * a later step runs only if the earlier ones left room.
  */
+#define OPEN_STEP(gate, low, low_id, until, filter) \
+	" SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due" \
+	"  FROM inbox.entries_p%1$d e" \
+	" WHERE " gate " e.scope = $1 AND e.state <> 'd' AND e.state <> 'x'" \
+	"   AND (e.due, e.message_id) >= (" low ", " low_id ") AND e.due <= " until \
+	"   AND " filter INBOX_TAKEABLE_SQL("e") \
+	" ORDER BY e.due, e.message_id LIMIT $3 FOR UPDATE OF e SKIP LOCKED"
+
 static const InboxLeafStatement ranked_statement = {
-	"ranked candidates",
-	"WITH RECURSIVE levels(p, n) AS ("
+	"candidates by priority",
+	"WITH RECURSIVE levels(p) AS ("
 	" SELECT (SELECT pg_catalog.max(x.priority) FROM inbox.entries_p%1$d x"
-	"         WHERE x.scope = $1 AND x.priority IS NOT NULL AND x.state <> 'd' AND x.state <> 'x'), 1"
+	"         WHERE x.scope = $1 AND x.priority IS NOT NULL AND x.state = 'p')"
 	" UNION ALL"
 	" SELECT (SELECT pg_catalog.max(x.priority) FROM inbox.entries_p%1$d x"
-	"         WHERE x.scope = $1 AND x.priority < l.p AND x.state <> 'd' AND x.state <> 'x'), l.n + 1"
+	"         WHERE x.scope = $1 AND x.priority < l.p AND x.state = 'p')"
 	"   FROM levels l WHERE l.p IS NOT NULL) "
-	"SELECT c.message_id, c.state, c.attempts, c.payload, c.payload_bytes, c.received_at, c.due "
-	"FROM levels l LEFT JOIN LATERAL ("
+	"SELECT c.*, 1 AS pass FROM (" OPEN_STEP("$8 AND", "$4", "$5", "$6", "") ") c "
+	"UNION ALL "
+	"SELECT c.*, 2 FROM levels l JOIN LATERAL ("
 	" SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due"
 	"  FROM inbox.entries_p%1$d e"
-	" WHERE e.scope = $1 AND e.priority = l.p AND e.due > $4 AND e.due <= $2"
-	"   AND e.state <> 'd' AND e.state <> 'x'"
-	"   AND (e.state = 'p' OR e.lease_until < $5"
-	"        OR ((e.receipt IS NULL OR e.lease_until IS NULL) AND NOT inbox.session_alive(e.owner_session)))"
-	" ORDER BY e.due, e.message_id"
-	" LIMIT $3"
-	" FOR UPDATE OF e SKIP LOCKED) c ON true "
-	"WHERE c.message_id IS NOT NULL OR (l.n = 1 AND l.p IS NULL) "
+	" WHERE e.scope = $1 AND e.priority = l.p AND e.state = 'p' AND e.due > $6 AND e.due <= $2"
+	" ORDER BY e.due, e.message_id LIMIT $3 FOR UPDATE OF e SKIP LOCKED) c ON true "
+	"UNION ALL "
+	"SELECT c.*, 3 FROM (" OPEN_STEP("", "CASE WHEN $8 THEN $7 ELSE $4 END",
+									  "CASE WHEN $8 THEN '' ELSE $5 END", "$2",
+									  "(e.priority IS NULL OR e.state = 'r') AND ") ") c "
 	"LIMIT $3",
-	{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, BOOLOID}
 };
 
 static SPIPlanPtr ranked_plans[INBOX_LEAVES];
@@ -151,56 +173,71 @@ inbox_priority_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * Whether the leaf's entries_ranked has ever held an entry (see the
- * banner).  False on a database whose SQL has no priorities yet.
+ * Whether the scope, in leaf, may have a message above the default
+ * priority: whether the leaf's entries_ranked has ever held an entry (an
+ * empty btree has only its metapage, and its root is never truncated),
+ * and then whether it has one of the scope, alive or not yet vacuumed
+ * away, which one descent of the index tells, without the heap.  False on
+ * a database whose SQL has no priorities yet.  A message above the
+ * default committed after this look is taken among those of the default,
+ * in due order, by a take that looked before.
  */
 bool
-inbox_ranked_in_use(int leaf)
+inbox_ranked_in_scope(int leaf, text *scope)
 {
 	char		name[NAMEDATALEN];
 	Oid			relid;
-	Relation	rel;
-	BlockNumber pages;
+	Relation	index;
+	Relation	heap;
+	IndexScanDesc scan;
+	ScanKeyData key;
+	bool		found;
 
 	snprintf(name, sizeof(name), "entries_p%d_scope_priority_due_message_id_idx", leaf);
 	relid = inbox_relid(name);
 	if (!OidIsValid(relid))
 		return false;
-	rel = index_open(relid, AccessShareLock);
-	pages = RelationGetNumberOfBlocks(rel);
-	index_close(rel, NoLock);
-	return pages > 1;
+	index = index_open(relid, AccessShareLock);
+	if (RelationGetNumberOfBlocks(index) <= 1)
+	{
+		index_close(index, NoLock);
+		return false;
+	}
+	heap = table_open(index->rd_index->indrelid, AccessShareLock);
+	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(scope));
+	key.sk_collation = C_COLLATION_OID;
+	scan = inbox_index_beginscan(heap, index, SnapshotAny, 1);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_tid(scan, ForwardScanDirection) != NULL;
+	index_endscan(scan);
+	table_close(heap, NoLock);
+	index_close(index, NoLock);
+	return found;
 }
 
 /*
- * Run the statement for the span (after, until] of the scope in leaf:
- * SPI_tuptable then holds the candidates, in the columns of deferred.c's.
- * Returns how many, or -1 when the scope has no open message above the
- * default priority (and SPI_tuptable is freed).
+ * Run the statement for a take of at most limit messages at now, in the
+ * scope in leaf, from the scope's front (low, low_id): see above.  aged is
+ * now less inbox.priority_age, or DT_NOBEGIN when priorities are strict;
+ * aged_first says whether the front is older than aged.  SPI_tuptable
+ * then holds the candidates, in the columns of deferred.c's and their
+ * step last.  Returns how many.
  */
-int64
-inbox_ranked_candidates(int leaf, text *scope, TimestampTz after, TimestampTz until,
-						TimestampTz now, int limit)
+uint64
+inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit, TimestampTz low,
+						text *low_id, TimestampTz aged, bool aged_first)
 {
-	Datum		values[5];
-	uint64		n;
-	bool		isnull;
+	Datum		values[8];
 
 	values[0] = PointerGetDatum(scope);
-	values[1] = TimestampTzGetDatum(until);
+	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(limit);
-	values[3] = TimestampTzGetDatum(after);
-	values[4] = TimestampTzGetDatum(now);
-	n = inbox_execute_plan(inbox_leaf_plan(&ranked_statement, ranked_plans, leaf),
-						   values, NULL, SPI_OK_SELECT, ranked_statement.name);
-	if (n == 1)
-	{
-		(void) SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (isnull)
-		{
-			SPI_freetuptable(SPI_tuptable);
-			return -1;
-		}
-	}
-	return (int64) n;
+	values[3] = TimestampTzGetDatum(low);
+	values[4] = PointerGetDatum(low_id);
+	values[5] = TimestampTzGetDatum(aged);
+	/* step 3 after step 1: right after its span */
+	values[6] = TimestampTzGetDatum(aged_first ? aged + 1 : low);
+	values[7] = BoolGetDatum(aged_first);
+	return inbox_execute_plan(inbox_leaf_plan(&ranked_statement, ranked_plans, leaf),
+							  values, NULL, SPI_OK_SELECT, ranked_statement.name);
 }

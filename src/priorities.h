@@ -19,8 +19,9 @@ extern void priorities_init(void);
 extern int	inbox_priority_arg(FunctionCallInfo fcinfo, int argno);
 extern int	inbox_check_priority(int32 value, const char *argname);
 extern int64 inbox_priority_age(void);
-extern bool inbox_ranked_in_use(int leaf);
-extern int64 inbox_ranked_candidates(int leaf, text *scope, TimestampTz after,
-									 TimestampTz until, TimestampTz now, int limit);
+extern bool inbox_ranked_in_scope(int leaf, text *scope);
+extern uint64 inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit,
+									  TimestampTz low, text *low_id, TimestampTz aged,
+									  bool aged_first);
 
 #endif							/* INBOX_PRIORITIES_H */

@@ -17,7 +17,7 @@
 #include "entries.h"
 
 /* The most parameters a statement of the extension takes */
-#define INBOX_SPI_MAX_ARGS	8
+#define INBOX_SPI_MAX_ARGS	10
 
 /*
  * A statement run on the one leaf of inbox.entries that holds a scope:
