@@ -7,12 +7,6 @@
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 
--- What a take hands out now in a scope, as "id" list, in take order; the
--- messages stay taken by this session.
-CREATE FUNCTION regress.take_ids(p_scope text, n integer DEFAULT 100) RETURNS text
-LANGUAGE sql AS $$
-	SELECT coalesce(string_agg(message_id, ' '), '-') FROM inbox_take(p_scope, n)
-$$;
 -- A group's members, in order, with their state and whether they are due
 CREATE FUNCTION regress.members(p_scope text) RETURNS TABLE (group_key text, message_id text, pos bigint,
 															 skipped boolean, state "char", due boolean)

@@ -6,12 +6,6 @@
 SET timezone = 'UTC';
 SET datestyle = 'ISO';
 
--- What a take hands out now in a scope, as "id" list, in take order; the
--- messages stay taken by this session.
-CREATE FUNCTION regress.take_order(p_scope text, n integer DEFAULT 100) RETURNS text
-LANGUAGE sql AS $$
-	SELECT coalesce(string_agg(message_id, ' '), '-') FROM inbox_take(p_scope, n)
-$$;
 -- The stored priorities of a scope's messages
 CREATE FUNCTION regress.levels(p_scope text) RETURNS TABLE (message_id text, priority smallint, state "char")
 LANGUAGE sql AS $$
@@ -35,9 +29,9 @@ SELECT inbox_receive('prio', 'mid-1', '{}'::jsonb, priority => 3);
 SELECT inbox_receive('prio', 'high-2', '\x01'::bytea, priority => 9);
 SELECT inbox_receive('prio', 'mid-2', '{}'::jsonb, NULL, NULL, NULL, 3);
 SELECT * FROM regress.levels('prio');
-SELECT regress.take_order('prio', 1);
-SELECT regress.take_order('prio', 3);
-SELECT regress.take_order('prio');
+SELECT regress.take_ids('prio', 1);
+SELECT regress.take_ids('prio', 3);
+SELECT regress.take_ids('prio');
 
 -- A batch: one priority per id, NULL for the default; a duplicate keeps
 -- the priority its message was received with.
@@ -49,32 +43,32 @@ SELECT * FROM inbox_receive_many('prio-batch', ARRAY['d', 'e'], ARRAY['{}', '{}'
 SELECT * FROM inbox_receive_many('prio-batch', ARRAY['f'], ARRAY['\x01']::bytea[],
 								 priorities => ARRAY[4]);
 SELECT * FROM regress.levels('prio-batch');
-SELECT regress.take_order('prio-batch');
+SELECT regress.take_ids('prio-batch');
 
 -- A delayed message keeps its priority and is not taken before its time;
 -- when due, it goes first.
 SELECT inbox_receive('prio-delayed', 'now-low', '{}'::jsonb);
 SELECT inbox_receive('prio-delayed', 'later-high', '{}'::jsonb, not_before => now() + interval '1 hour', priority => 8);
-SELECT regress.take_order('prio-delayed');
+SELECT regress.take_ids('prio-delayed');
 SELECT regress.age('prio-delayed', ARRAY['later-high'], interval '2 hours');
 SELECT inbox_receive('prio-delayed', 'now-low-2', '{}'::jsonb);
 -- A row moved by hand is found by a scan from the oldest, which no front
 -- spares (the takes of a scope run one at least once a second anyway)
 BEGIN;
 SET LOCAL inbox.take_front = off;
-SELECT regress.take_order('prio-delayed');
+SELECT regress.take_ids('prio-delayed');
 COMMIT;
 
 -- A failure with a retry delay, a requeued dead letter: the priority stays.
 SELECT inbox_receive('prio-retry', 'r-low', '{}'::jsonb);
 SELECT inbox_receive('prio-retry', 'r-high', '{}'::jsonb, priority => 2);
-SELECT regress.take_order('prio-retry', 1);
+SELECT regress.take_ids('prio-retry', 1);
 SELECT inbox_fail('prio-retry', 'r-high', 'boom', retry_after => interval '1 hour');
-SELECT regress.take_order('prio-retry');
+SELECT regress.take_ids('prio-retry');
 SELECT inbox_fail('prio-retry', 'r-low', 'boom');
 SELECT regress.age('prio-retry', ARRAY['r-high'], interval '1 hour 1 minute');
 SELECT inbox_receive('prio-retry', 'r-new', '{}'::jsonb, priority => 1);
-SELECT regress.take_order('prio-retry');
+SELECT regress.take_ids('prio-retry');
 SELECT * FROM regress.levels('prio-retry');
 SELECT inbox_set_max_attempts('prio-retry', 1);
 SELECT inbox_fail('prio-retry', 'r-high', 'dead now');
@@ -82,7 +76,7 @@ SELECT message_id FROM inbox_dead_letters WHERE scope = 'prio-retry';
 SELECT inbox_requeue('prio-retry', 'r-high');
 SELECT inbox_set_max_attempts('prio-retry', NULL);
 SELECT inbox_receive('prio-retry', 'r-newer', '{}'::jsonb, priority => 1);
-SELECT regress.take_order('prio-retry');
+SELECT regress.take_ids('prio-retry');
 SELECT * FROM regress.levels('prio-retry');
 
 -- Aging: a message due for longer than inbox.priority_age goes before
@@ -97,24 +91,24 @@ SELECT inbox_receive('prio-aging', 'new-high', '{}'::jsonb, priority => 9);
 SELECT inbox_receive('prio-aging', 'new-mid', '{}'::jsonb, priority => 2);
 SELECT regress.age('prio-aging', ARRAY['old-low', 'old-mid'], interval '61 minutes');
 BEGIN;
-SELECT regress.take_order('prio-aging');
+SELECT regress.take_ids('prio-aging');
 ROLLBACK;
 BEGIN;
 SET LOCAL inbox.priority_age = '2h';
-SELECT regress.take_order('prio-aging');
+SELECT regress.take_ids('prio-aging');
 ROLLBACK;
 BEGIN;
 SET LOCAL inbox.priority_age = 0;
-SELECT regress.take_order('prio-aging');
+SELECT regress.take_ids('prio-aging');
 ROLLBACK;
 -- One at a time, each take starting where the last one left
 BEGIN;
-SELECT regress.take_order('prio-aging', 1);
-SELECT regress.take_order('prio-aging', 1);
-SELECT regress.take_order('prio-aging', 1);
-SELECT regress.take_order('prio-aging', 1);
-SELECT regress.take_order('prio-aging', 1);
-SELECT regress.take_order('prio-aging', 1);
+SELECT regress.take_ids('prio-aging', 1);
+SELECT regress.take_ids('prio-aging', 1);
+SELECT regress.take_ids('prio-aging', 1);
+SELECT regress.take_ids('prio-aging', 1);
+SELECT regress.take_ids('prio-aging', 1);
+SELECT regress.take_ids('prio-aging', 1);
 ROLLBACK;
 SELECT regress.try($$SET inbox.priority_age = '-1s'$$);
 
@@ -133,10 +127,10 @@ SELECT inbox_receive('prio-grouped', 'g-1', '{}'::jsonb, group_key => 'k');
 SELECT inbox_receive('prio-grouped', 'g-2', '{}'::jsonb, group_key => 'k', priority => 9);
 SELECT inbox_receive('prio-grouped', 'loose-low', '{}'::jsonb);
 SELECT inbox_receive('prio-grouped', 'loose-high', '{}'::jsonb, priority => 5);
-SELECT regress.take_order('prio-grouped');
+SELECT regress.take_ids('prio-grouped');
 SELECT inbox_complete('prio-grouped', 'g-1');
 SELECT inbox_receive('prio-grouped', 'later-low', '{}'::jsonb);
-SELECT regress.take_order('prio-grouped');
+SELECT regress.take_ids('prio-grouped');
 
 -- Bad input: a clear SQLSTATE, and nothing written.
 SELECT regress.try($$SELECT inbox_receive('prio-bad', 'b1', '{}'::jsonb, priority => -1)$$);

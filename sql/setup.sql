@@ -36,4 +36,11 @@ BEGIN
 	RETURN result || ' (+' || ((SELECT pg_catalog.count(*) FROM inbox.entries) - before) || ' rows)';
 END $$;
 
+-- What a take hands out now in a scope, as "id" list, in take order; the
+-- messages stay taken by this session.
+CREATE FUNCTION regress.take_ids(p_scope text, n integer DEFAULT 100) RETURNS text
+LANGUAGE sql AS $$
+	SELECT coalesce(string_agg(message_id, ' '), '-') FROM inbox_take(p_scope, n)
+$$;
+
 GRANT USAGE ON SCHEMA regress TO PUBLIC;

@@ -54,6 +54,7 @@ my @options = (
 	[ 'poll-wait=f' => 0 ],
 	[ 'receive-batch=i' => 1 ],
 	[ 'groups=i' => 0 ],    # deferred mode: messages in that many ordered groups
+	[ 'priorities=i' => 0 ],    # deferred mode: messages at priorities 0 to N
 	[ 'pooler' => 0 ],
 	[ 'work=f' => 0 ],
 	[ 'scope=s' => undef ],    # a new one per run
@@ -127,6 +128,10 @@ sub parse_options
 	bad_usage('--groups needs --mode deferred, and one inbox_receive per delivery')
 	  if $opt{groups} && (!$deferred || $opt{receive_batch} != 1);
 	bad_usage('--groups must not be negative') if $opt{groups} < 0;
+	bad_usage('--priorities needs --mode deferred, and one inbox_receive per delivery')
+	  if $opt{priorities} && (!$deferred || $opt{receive_batch} != 1);
+	bad_usage('--priorities must be between 0 and 32767')
+	  if $opt{priorities} < 0 || $opt{priorities} > 32767;
 	bad_usage('--table must be an identifier, optionally schema-qualified')
 	  unless $opt{table} =~ /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
 

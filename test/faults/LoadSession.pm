@@ -66,6 +66,16 @@ sub define_statements
 		complete_receipt => 'SELECT inbox_complete($1, $2::uuid, $3::jsonb), pg_backend_pid()',
 		fail_receipt => q{SELECT inbox_fail($1, $2::uuid, $3, interval '0')},
 	);
+
+	# --priorities N: message n is received at priority n * 7 mod (N + 1),
+	# the same for every copy
+	my $priority = $opt{priorities} ? ", priority => substr(\$2, 3)::int * 7 % ($opt{priorities} + 1)" : '';
+	if ($priority ne '' && !$opt{groups})
+	{
+		$SQL{receive} = "SELECT inbox_receive(\$1, \$2, \$3::jsonb$priority), extract(epoch FROM now())::text";
+		$SQL{receive_guarded} = "SELECT CASE WHEN $guard THEN inbox_receive(\$1, \$2, \$3::jsonb$priority) END, "
+		  . "extract(epoch FROM now())::text";
+	}
 	return unless $opt{groups};
 
 	# --groups N: message n goes to group "g-<n mod N>", and a receive that
@@ -75,7 +85,7 @@ sub define_statements
 	my $group = "'g-' || (substr(\$2, 3)::int % $opt{groups})";
 	for my $name (qw(receive receive_guarded))
 	{
-		my $call = "inbox_receive(\$1, \$2, \$3::jsonb, group_key => $group)";
+		my $call = "inbox_receive(\$1, \$2, \$3::jsonb, group_key => $group$priority)";
 		$call = "CASE WHEN $guard THEN $call END" if $name eq 'receive_guarded';
 		$SQL{$name} = "WITH r AS (SELECT $call AS fresh), "
 		  . "l AS (INSERT INTO inbox_load_received (scope, message_id, group_key) "

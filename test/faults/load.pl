@@ -142,6 +142,9 @@
 #                       group is the commit order of the receives; the
 #                       effects table's seq gives the order of the effects
 #                       (0: no groups)
+#   --priorities N      deferred: message n is received at priority
+#                       n * 7 mod (N + 1), every copy alike (0: the default
+#                       for all)
 #   --pooler            through a transaction-mode pooler (see above)
 #   --work S            deferred: seconds of simulated work per message, spent
 #                       inside the effect's transaction (0.5 to 1.5 times S),

@@ -24,7 +24,9 @@
 # (rightly) hold its group, and the check wants every group to run to its
 # end.  A second, shorter run does the same through inbox_poll under a
 # lease and completions by receipt: a killed worker's head comes back when
-# its lease runs out.
+# its lease runs out.  A third receives three messages in four above the
+# default priority (--priorities 3): a group's order wins over them, and a
+# head above the default whose worker was killed comes back as any other.
 #
 # What is proved, per run: the driver's accounting (every received message
 # done, one effect each, none stray); and from the database, per group,
@@ -62,7 +64,8 @@ sub order_mismatches
 
 for my $run (
 	[ 'orders', 30, 12, [], 'takes' ],
-	[ 'orders-receipts', 20, 13, [ '--receipts', '--lease' => 3, '--poll-wait' => 1 ], 'polls' ])
+	[ 'orders-receipts', 20, 13, [ '--receipts', '--lease' => 3, '--poll-wait' => 1 ], 'polls' ],
+	[ 'orders-ranked', 20, 14, [ '--priorities' => 3 ], 'takes with priorities' ])
 {
 	my ($scope, $duration, $seed, $extra, $what) = @$run;
 	my %r = $node->run_load_driver(
@@ -113,6 +116,12 @@ for my $run (
 	is( $node->sql(qq{SELECT count(*) FROM inbox_load_received WHERE scope = '$scope'
 						AND group_key NOT IN (SELECT 'g-' || g FROM generate_series(0, 39) g)}),
 		0, "$what: every message was in one of the 40 groups");
+	# Takes read the index of the priorities above the default in the
+	# third run, and never before
+	is( $node->sql(qq{SELECT coalesce(sum(idx_scan), 0) > 0 FROM pg_stat_user_indexes
+						WHERE indexrelname LIKE 'entries_p%_scope_priority_due_message_id_idx'}),
+		$scope eq 'orders-ranked' ? 't' : 'f',
+		"$what: " . ($scope eq 'orders-ranked' ? 'takes read' : 'no take read') . ' messages above the default priority');
 	is( $node->sql(qq{SELECT (SELECT count(*) FROM inbox.group_members WHERE scope = '$scope')
 						 + (SELECT count(*) FROM inbox.groups WHERE scope = '$scope')}),
 		0, "$what: the groups are empty at the end, and gone");
