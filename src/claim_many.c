@@ -26,6 +26,7 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -494,14 +495,37 @@ array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
 		  Datum **elems, bool **nulls)
 {
 	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(argno);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
 	int			n;
 
 	if (ARR_NDIM(array) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s must be a one-dimensional array", name)));
-	deconstruct_array(array, type, -1, false, TYPALIGN_INT, elems, nulls, &n);
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, type, typlen, typbyval, typalign, elems, nulls, &n);
 	return n;
+}
+
+/*
+ * An array argument that gives one element per message id (of which there
+ * are n), deconstructed as array_arg does.  what names its elements in
+ * the error; hint, if not NULL, says what to pass instead.
+ */
+static void
+per_id_array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type, int n,
+				 const char *what, const char *hint, Datum **elems, bool **nulls)
+{
+	int			got = array_arg(fcinfo, argno, name, type, elems, nulls);
+
+	if (got != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must have one element per message id", name),
+				 errdetail("There are %d message ids and %d %s.", n, got, what),
+				 hint ? errhint("%s", hint) : 0));
 }
 
 /* on_mismatch: true for 'raise', false for 'return' */
@@ -576,46 +600,26 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 				 errhint("Split the batch: each call is one statement, whose locks are held to commit.")));
 	if (receive)
 	{
-		int			npayloads;
-
 		if (PG_ARGISNULL(2))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("payloads must not be null"),
 					 errhint("A received message is processed later from its stored payload.")));
-		npayloads = array_arg(fcinfo, 2, "payloads", is_jsonb ? JSONBOID : BYTEAOID,
-							  &payloads, &payload_nulls);
-		if (npayloads != n)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("payloads must have one element per message id"),
-					 errdetail("There are %d message ids and %d payloads.", n, npayloads)));
+		per_id_array_arg(fcinfo, 2, "payloads", is_jsonb ? JSONBOID : BYTEAOID, n,
+						 "payloads", NULL, &payloads, &payload_nulls);
 	}
 	if (!PG_ARGISNULL(hashes_arg))
-	{
-		int			nhashes = array_arg(fcinfo, hashes_arg, "payload_hashes", BYTEAOID,
-										&hashes, &hash_nulls);
-
-		if (nhashes != n)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("payload_hashes must have one element per message id"),
-					 errdetail("There are %d message ids and %d payload hashes.", n, nhashes),
-					 errhint("Pass NULL for payload_hashes to skip the content check, or NULL elements for some ids.")));
-	}
+		per_id_array_arg(fcinfo, hashes_arg, "payload_hashes", BYTEAOID, n, "payload hashes",
+						 "Pass NULL for payload_hashes to skip the content check, or NULL elements for some ids.",
+						 &hashes, &hash_nulls);
 
 	if (receive && PG_NARGS() > 6 && !PG_ARGISNULL(6))
 	{
 		Datum	   *keys;
 		bool	   *key_nulls;
-		int			nkeys = array_arg(fcinfo, 6, "group_keys", TEXTOID, &keys, &key_nulls);
 
-		if (nkeys != n)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("group_keys must have one element per message id"),
-					 errdetail("There are %d message ids and %d group keys.", n, nkeys),
-					 errhint("Pass NULL elements for the ids that belong to no group.")));
+		per_id_array_arg(fcinfo, 6, "group_keys", TEXTOID, n, "group keys",
+						 "Pass NULL elements for the ids that belong to no group.", &keys, &key_nulls);
 		inbox_refuse_if_distributed(INBOX_REFUSE_GROUPS);
 		batch->group_keys = palloc0(sizeof(text *) * n);
 		for (i = 0; i < n; i++)
@@ -631,23 +635,11 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 
 	if (receive && PG_NARGS() > 7 && !PG_ARGISNULL(7))
 	{
-		ArrayType  *array = PG_GETARG_ARRAYTYPE_P(7);
 		Datum	   *levels;
 		bool	   *level_nulls;
-		int			nlevels;
 
-		if (ARR_NDIM(array) > 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("priorities must be a one-dimensional array")));
-		deconstruct_array(array, INT4OID, sizeof(int32), true, TYPALIGN_INT,
-						  &levels, &level_nulls, &nlevels);
-		if (nlevels != n)
-			ereport(ERROR,
-					(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
-					 errmsg("priorities must have one element per message id"),
-					 errdetail("There are %d message ids and %d priorities.", n, nlevels),
-					 errhint("Pass NULL elements for the ids of the default priority.")));
+		per_id_array_arg(fcinfo, 7, "priorities", INT4OID, n, "priorities",
+						 "Pass NULL elements for the ids of the default priority.", &levels, &level_nulls);
 		batch->items = palloc0(sizeof(BatchItem) * n);
 		for (i = 0; i < n; i++)
 		{
