@@ -32,9 +32,10 @@
  *	  than once per message.  A lost message out of attempts dies by a
  *	  statement of its own, which is rare.
  *
- * Where messages above the default priority exist, a take also walks them
- * level by level, highest first, with a third statement (priorities.c,
- * which says in what order the two kinds of candidates go).
+ * In a scope that has messages above the default priority, one statement
+ * of priorities.c picks the candidates instead of the first one: it walks
+ * those messages level by level, highest first, and reads the others
+ * from the front (priorities.c says in what order).
  *
  * The first plan must not depend on statistics: a new scope, a burst that
  * autoanalyze has not seen, or plan_cache_mode = force_generic_plan must
@@ -340,36 +341,52 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 			 n, SPI_processed);
 }
 
-/* One attempt of a take, across the statements that pick its messages */
+/* One attempt of a take: what handing out its candidates needs */
 typedef struct TakeRound
 {
 	TimestampTz now;
 	Datum		lease_until;	/* if the call has a lease */
 	int			chunk;			/* the most messages one UPDATE hands out */
-	Datum		ids[TAKE_CHUNK];	/* picked, not yet handed out */
-	Datum		receipts[TAKE_CHUNK];
-	int			nchunk;
-	int			picked;			/* candidates so far, dead ones included */
-	int			taken;			/* handed out so far */
+	int			picked;			/* candidates, dead ones included */
+	int			taken;			/* handed out */
 } TakeRound;
 
 /*
- * Run the candidates' statement with values: it may probe the liveness of
- * the sessions that hold messages (session.c).
+ * Run a statement that picks candidates, plan with values, and return how
+ * many it picked (in SPI_tuptable): it may probe the liveness of the
+ * sessions that hold messages (session.c).
  */
-static void
-pick(TakeCall *call, Datum *values)
+static uint64
+execute_picking(SPIPlanPtr plan, Datum *values, const char *name)
 {
+	volatile uint64 npicked = 0;
+
 	inbox_owner_probes_begin();
 	PG_TRY();
 	{
-		(void) execute(LEAF_CANDIDATES, call->leaf, values, NULL, SPI_OK_SELECT);
+		npicked = inbox_execute_plan(plan, values, NULL, SPI_OK_SELECT, name);
 	}
 	PG_FINALLY();
 	{
 		inbox_owner_probes_end();
 	}
 	PG_END_TRY();
+	return npicked;
+}
+
+/*
+ * Where a scan of the open-messages index that filled its limit ended:
+ * at picked's last row, (due, message_id), in the columns of
+ * LEAF_CANDIDATES.  The id is copied: the rows are freed when handed out.
+ */
+static void
+last_picked(SPITupleTable *picked, uint64 npicked, TimestampTz *bound, text **bound_id)
+{
+	HeapTuple	last = picked->vals[npicked - 1];
+	bool		isnull;
+
+	*bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
+	*bound_id = DatumGetTextPCopy(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
 }
 
 /*
@@ -379,6 +396,10 @@ pick(TakeCall *call, Datum *values)
 static void
 hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked)
 {
+	Datum		ids[TAKE_CHUNK];
+	Datum		receipts[TAKE_CHUNK];
+	int			nchunk = 0;
+
 	for (uint64 i = 0; i < npicked; i++)
 	{
 		HeapTuple	tuple = picked->vals[i];
@@ -414,13 +435,13 @@ hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked
 		}
 
 		receipt = call->receipts ? new_receipt() : NULL;
-		round->ids[round->nchunk] = message_id;
-		round->receipts[round->nchunk] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
-		if (++round->nchunk == round->chunk)
+		ids[nchunk] = message_id;
+		receipts[nchunk] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
+		if (++nchunk == round->chunk)
 		{
-			take_chunk(call, round->ids, call->receipts ? round->receipts : NULL, round->nchunk,
-					   round->now, round->lease_until);
-			round->nchunk = 0;
+			take_chunk(call, ids, call->receipts ? receipts : NULL, nchunk, round->now,
+					   round->lease_until);
+			nchunk = 0;
 		}
 
 		/*
@@ -444,20 +465,19 @@ hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked
 		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);
 		round->taken++;
 	}
-	if (round->nchunk > 0)
-		take_chunk(call, round->ids, call->receipts ? round->receipts : NULL, round->nchunk,
-				   round->now, round->lease_until);
-	round->nchunk = 0;
+	if (nchunk > 0)
+		take_chunk(call, ids, call->receipts ? receipts : NULL, nchunk, round->now,
+				   round->lease_until);
 	/* a waiting take runs many attempts in one SPI connection */
 	SPI_freetuptable(picked);
 }
 
 /*
  * Pick up to limit messages from the open-messages index, from (low,
- * low_id) up to until, and hand them out.  *bound and
- * *bound_id are set to where the scan ended: until if it found fewer than
- * it asked for, else the last one (they come in the index's order).
- * Returns how many it picked.
+ * low_id) up to until, and hand them out.  *bound and *bound_id are set to
+ * where the scan ended: until if it found fewer than it asked for, else
+ * the last one (they come in the index's order).  Returns how many it
+ * picked.
  */
 static int
 pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, TimestampTz until,
@@ -472,20 +492,14 @@ pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, Times
 	values[2] = Int32GetDatum(limit);
 	values[3] = TimestampTzGetDatum(low);
 	values[4] = PointerGetDatum(low_id);
-	pick(call, values);
+	npicked = execute_picking(leaf_plan(LEAF_CANDIDATES, call->leaf), values,
+							  leaf_statements[LEAF_CANDIDATES].name);
 	picked = SPI_tuptable;
-	npicked = SPI_processed;
 
 	*bound = until;
 	*bound_id = NULL;
 	if (npicked == (uint64) limit)
-	{
-		HeapTuple	last = picked->vals[npicked - 1];
-		bool		isnull;
-
-		*bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
-		*bound_id = DatumGetTextPCopy(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
-	}
+		last_picked(picked, npicked, bound, bound_id);
 	hand_out(call, round, picked, npicked);
 	return (int) npicked;
 }
@@ -497,37 +511,21 @@ pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, Times
  * Sets *bound, *bound_id to where its reading from the front ended, and
  * returns whether it read from there.
  */
-static uint64
-run_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, TimestampTz aged,
-		   bool aged_first)
-{
-	volatile uint64 npicked = 0;
-
-	inbox_owner_probes_begin();
-	PG_TRY();
-	{
-		npicked = inbox_ranked_candidates(call->leaf, call->scope, round->now, call->max_messages,
-										  low, low_id, aged, aged_first);
-	}
-	PG_FINALLY();
-	{
-		inbox_owner_probes_end();
-	}
-	PG_END_TRY();
-	return npicked;
-}
-
 static bool
 pick_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id,
 			TimestampTz aged, bool aged_first, TimestampTz *bound, text **bound_id)
 {
-	uint64		npicked = run_ranked(call, round, low, low_id, aged, aged_first);
-	SPITupleTable *picked;
+	Datum		values[RANKED_NARGS];
+	const char *name;
+	SPIPlanPtr	plan = inbox_ranked_candidates(call->leaf, call->scope, round->now,
+											   call->max_messages, low, low_id, aged,
+											   aged_first, values, &name);
+	uint64		npicked = execute_picking(plan, values, name);
+	SPITupleTable *picked = SPI_tuptable;
 	int			last_pass = 0;
 	bool		isnull;
-	bool		read;
+	bool		read = true;
 
-	picked = SPI_tuptable;
 	if (npicked > 0)
 		last_pass = DatumGetInt32(SPI_getbinval(picked->vals[npicked - 1], picked->tupdesc, 8,
 												&isnull));
@@ -538,16 +536,10 @@ pick_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id,
 	 * step of its last row, at that row, or, in step 2, after step 1.
 	 */
 	*bound_id = NULL;
-	read = true;
 	if (npicked < (uint64) call->max_messages)
 		*bound = round->now;
 	else if (last_pass == 1 || last_pass == 3)
-	{
-		HeapTuple	last = picked->vals[npicked - 1];
-
-		*bound = DatumGetTimestampTz(SPI_getbinval(last, picked->tupdesc, 7, &isnull));
-		*bound_id = DatumGetTextPCopy(SPI_getbinval(last, picked->tupdesc, 1, &isnull));
-	}
+		last_picked(picked, npicked, bound, bound_id);
 	else if (aged_first)
 		*bound = aged;
 	else
@@ -576,7 +568,6 @@ take_round(TakeCall *call, int *candidates)
 
 	round.now = GetCurrentTimestamp();
 	round.lease_until = (Datum) 0;
-	round.nchunk = 0;
 	round.picked = 0;
 	round.taken = 0;
 

@@ -216,19 +216,19 @@ inbox_ranked_in_scope(int leaf, text *scope)
 }
 
 /*
- * Run the statement for a take of at most limit messages at now, in the
- * scope in leaf, from the scope's front (low, low_id): see above.  aged is
- * now less inbox.priority_age, or DT_NOBEGIN when priorities are strict;
- * aged_first says whether the front is older than aged.  SPI_tuptable
- * then holds the candidates, in the columns of deferred.c's and their
- * step last.  Returns how many.
+ * The statement for a take of at most limit messages at now, in the scope
+ * in leaf, from the scope's front (low, low_id): see above.  aged is now
+ * less inbox.priority_age, or DT_NOBEGIN when priorities are strict;
+ * aged_first says whether the front is older than aged.  Fills values
+ * (RANKED_NARGS of them) and returns the kept plan, and in *name the
+ * statement's name; its rows are the candidates, in the columns of
+ * deferred.c's and their step last.
  */
-uint64
+SPIPlanPtr
 inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit, TimestampTz low,
-						text *low_id, TimestampTz aged, bool aged_first)
+						text *low_id, TimestampTz aged, bool aged_first, Datum *values,
+						const char **name)
 {
-	Datum		values[8];
-
 	values[0] = PointerGetDatum(scope);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = Int32GetDatum(limit);
@@ -238,6 +238,6 @@ inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit, Times
 	/* step 3 after step 1: right after its span */
 	values[6] = TimestampTzGetDatum(aged_first ? aged + 1 : low);
 	values[7] = BoolGetDatum(aged_first);
-	return inbox_execute_plan(inbox_leaf_plan(&ranked_statement, ranked_plans, leaf),
-							  values, NULL, SPI_OK_SELECT, ranked_statement.name);
+	*name = ranked_statement.name;
+	return inbox_leaf_plan(&ranked_statement, ranked_plans, leaf);
 }
