@@ -181,6 +181,23 @@ fail()
 	exit 1
 }
 
+# pgbench_tps WHAT ARGS...: one throughput run, pgbench with the clients,
+# jobs and prepared statements of every such run and ARGS; prints its tps.
+# Fails, naming WHAT and showing pgbench's output, if pgbench fails or
+# reports no tps.
+pgbench_tps()
+{
+	local what=$1 out tps
+	shift
+	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" "$@" 2>&1); then
+		echo "$out" >&2
+		fail "pgbench failed on $what"
+	fi
+	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
+	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for $what"; }
+	echo "$tps"
+}
+
 # stats LIST: "median min max" of whitespace-separated numbers
 stats()
 {

@@ -101,7 +101,7 @@ sql "VACUUM ANALYZE" >/dev/null
 # def_run VARIANT: one pgbench run; prints "tps messages_per_second"
 def_run()
 {
-	local v=$1 out tps before after file scope extra=()
+	local v=$1 tps before after file scope extra=()
 	case $v in
 		receive) file=receive.sql; scope=recv
 			extra=(-D base="$((RANDOM * 100000000000))" -D span=99999999999) ;;
@@ -124,13 +124,8 @@ def_run()
 		pgmq_*) before=$(sql "SELECT -count(*) FROM pgmq.q_$scope") ;;
 		*) before=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$scope' AND state = 'd'") ;;
 	esac
-	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$def_seconds" \
-		-D scope="$scope" "${extra[@]}" -f "$here/$file" 2>&1); then
-		echo "$out" >&2
-		fail "pgbench failed on deferred variant $v"
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
-	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for deferred variant $v"; }
+	tps=$(pgbench_tps "deferred variant $v" -T "$def_seconds" -D scope="$scope" "${extra[@]}" \
+		-f "$here/$file") || exit 1
 	case $v in
 		receive|claim) after=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$scope'") ;;
 		hand) after=$(sql "SELECT -count(*) FROM hand_queue") ;;

@@ -88,7 +88,7 @@ sql "VACUUM ANALYZE" >/dev/null
 # gr_run VARIANT SIZE: one run; prints its tps, then tops the backlog up
 gr_run()
 {
-	local v=$1 size=$2 name out tps file kind left tx=$gr_tx
+	local v=$1 size=$2 name tps file kind left tx=$gr_tx
 	name=$(gr_name "$v" "$size")
 	case $v in
 		grouped) file=work_one.sql; kind=g ;;
@@ -96,13 +96,8 @@ gr_run()
 		pgmq) file=pgmq_grouped.sql; kind=q; tx=$gr_pgmq_tx ;;
 	esac
 	sql "CHECKPOINT" >/dev/null
-	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$((tx / clients))" \
-		-D scope="$name" -f "$here/$file" 2>&1); then
-		echo "$out" >&2
-		fail "pgbench failed on groups variant $v at $size"
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
-	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for groups variant $v at $size"; }
+	tps=$(pgbench_tps "groups variant $v at $size" -t "$((tx / clients))" -D scope="$name" \
+		-f "$here/$file") || exit 1
 	case $kind in
 		q) left=$(sql "SELECT count(*) FROM pgmq.q_$name") ;;
 		*) left=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$name' AND state = 'p'") ;;

@@ -56,7 +56,7 @@ sql "VACUUM ANALYZE" >/dev/null
 # that each transaction wrote one order and one message
 ob_run()
 {
-	local v=$1 nkeys=$2 out tps file count before after
+	local v=$1 nkeys=$2 tps file count before after
 	case $v in
 		outbox) file=outbox_send.sql; count="SELECT count(*) FROM inbox.outbox_messages" ;;
 		pgmq) file=outbox_pgmq.sql; count="SELECT count(*) FROM pgmq.q_bench_outbox" ;;
@@ -64,14 +64,9 @@ ob_run()
 	esac
 	sql "CHECKPOINT" >/dev/null
 	before=$(sql "$count")
-	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$ob_seconds" \
+	tps=$(pgbench_tps "outbox variant $v ($nkeys keys)" -T "$ob_seconds" \
 		-D base="$((RANDOM * 100000000000))" -D span=99999999999 -D nkeys="$nkeys" \
-		-f "$here/$file" 2>&1); then
-		echo "$out" >&2
-		fail "pgbench failed on outbox variant $v ($nkeys keys)"
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
-	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for outbox variant $v"; }
+		-f "$here/$file") || exit 1
 	after=$(sql "$count")
 	[ "$((after - before))" -gt 0 ] || fail "outbox variant $v ($nkeys keys) wrote no message"
 	echo "$tps"

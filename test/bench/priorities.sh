@@ -95,17 +95,12 @@ pr_fill stale 1 "$pr_backlog"
 # pr_run VARIANT: one run; prints its tps, then tops the backlog up
 pr_run()
 {
-	local v=${1%-generic} opts="" out tps left name
+	local v=${1%-generic} opts="" tps left name
 	name=${pr_name[$v]}
 	[ "$v" != "$1" ] && opts="-c plan_cache_mode=force_generic_plan"
 	sql "CHECKPOINT" >/dev/null
-	if ! out=$(PGOPTIONS="$opts" pgbench -n -M prepared -c "$clients" -j "$jobs" -t "$((pr_tx / clients))" \
-		-D scope="$name" -f "$here/work_one.sql" 2>&1); then
-		echo "$out" >&2
-		fail "pgbench failed on priorities variant $1"
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
-	[ -n "$tps" ] || { echo "$out" >&2; fail "no tps for priorities variant $1"; }
+	tps=$(PGOPTIONS="$opts" pgbench_tps "priorities variant $1" -t "$((pr_tx / clients))" \
+		-D scope="$name" -f "$here/work_one.sql") || exit 1
 	left=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = '$name' AND state = 'p'")
 	[ "$left" -gt 0 ] || fail "priorities: $name ran out of messages"
 	pr_fill "$v" "${pr_next[$v]}" "$((pr_backlog - left))"
