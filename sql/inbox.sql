@@ -3830,48 +3830,56 @@ DECLARE
 	last_key text;
 BEGIN
 	SELECT c.topic, c.key INTO c_topic, c_key FROM inbox.outbox_cursor(p_target) AS c;
-	WITH RECURSIVE after_cursor AS (
-		(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, 1 AS step
-		   FROM inbox.outbox_deliveries AS d
-		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-			AND (d.topic, d.key) OPERATOR(pg_catalog.>) (c_topic COLLATE "C", c_key COLLATE "C")
-		  ORDER BY d.topic, d.key, d.position
-		  LIMIT 1)
+	-- One probe per key: the first pending row after the key before, or,
+	-- once past the last key, the first of all (wrapped); a wrapped walk
+	-- ends at the cursor.  In each probe, the second branch runs only when
+	-- the first finds nothing.
+	WITH RECURSIVE walk AS (
+		(SELECT f.* FROM (
+			(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, false AS wrapped, 1 AS step
+			   FROM inbox.outbox_deliveries AS d
+			  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+				AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+				AND (d.topic, d.key) OPERATOR(pg_catalog.>) (c_topic COLLATE "C", c_key COLLATE "C")
+			  ORDER BY d.topic, d.key, d.position
+			  LIMIT 1)
+			UNION ALL
+			(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, true AS wrapped, 1 AS step
+			   FROM inbox.outbox_deliveries AS d
+			  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+				AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+			  ORDER BY d.topic, d.key, d.position
+			  LIMIT 1)) AS f
+		 WHERE NOT f.wrapped
+			OR (f.topic, f.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")
+		 LIMIT 1)
 		UNION ALL
-		SELECT n.topic, n.key, n.tid, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
-		  FROM after_cursor AS h
+		SELECT n.* FROM walk AS h
 		 CROSS JOIN LATERAL (
-			SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until
-			  FROM inbox.outbox_deliveries AS d
-			 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-			   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-			   AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
-			 ORDER BY d.topic, d.key, d.position
-			 LIMIT 1) AS n),
-	up_to_cursor AS (
-		(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, 1000000000 AS step
-		   FROM inbox.outbox_deliveries AS d
-		  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-			AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-			AND (d.topic, d.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")
-		  ORDER BY d.topic, d.key, d.position
-		  LIMIT 1)
-		UNION ALL
-		SELECT n.topic, n.key, n.tid, n.due, n.lease_until, h.step OPERATOR(pg_catalog.+) 1
-		  FROM up_to_cursor AS h
-		 CROSS JOIN LATERAL (
-			SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until
-			  FROM inbox.outbox_deliveries AS d
-			 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-			   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-			   AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
-			   AND (d.topic, d.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")
-			 ORDER BY d.topic, d.key, d.position
-			 LIMIT 1) AS n),
+			SELECT f.* FROM (
+				(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, h.wrapped,
+						h.step OPERATOR(pg_catalog.+) 1
+				   FROM inbox.outbox_deliveries AS d
+				  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+					AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+					AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
+				  ORDER BY d.topic, d.key, d.position
+				  LIMIT 1)
+				UNION ALL
+				(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, true,
+						h.step OPERATOR(pg_catalog.+) 1
+				   FROM inbox.outbox_deliveries AS d
+				  WHERE NOT h.wrapped
+					AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+					AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
+				  ORDER BY d.topic, d.key, d.position
+				  LIMIT 1)) AS f
+			 LIMIT 1) AS n
+		 WHERE NOT n.wrapped
+			OR (n.topic, n.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")),
 	-- Read lazily, in walk order: the walk stops at the max-th due head
 	due_heads AS (
-		SELECT h.* FROM (SELECT * FROM after_cursor UNION ALL SELECT * FROM up_to_cursor) AS h
+		SELECT h.* FROM walk AS h
 		 WHERE h.due OPERATOR(pg_catalog.<=) p_now
 		   AND (h.lease_until IS NULL OR h.lease_until OPERATOR(pg_catalog.<=) p_now)
 		 LIMIT p_max)
