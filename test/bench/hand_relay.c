@@ -6,8 +6,15 @@
  * confirms) and wait for every confirmation; DELETE them; COMMIT.  Until
  * the table is empty.
  *
- *   hand_relay CONNINFO HOST PORT QUEUE
+ * With "ordered", the same loop keeps inbox-relay's order per key: each
+ * batch takes only the oldest message of each key (a skip scan of an
+ * index on (key, id), as users write it with a recursive query), so a
+ * key's next message is published only after the previous one was
+ * confirmed and deleted.  It reads hand_ordered_outbox.
+ *
+ *   hand_relay CONNINFO HOST PORT QUEUE [ordered]
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +22,21 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 #include <libpq-fe.h>
+
+static const char *const plain_sql =
+"SELECT id, key, payload FROM hand_relay_outbox ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED";
+
+/* The oldest message of each key, for 100 keys */
+static const char *const ordered_sql =
+"WITH RECURSIVE heads AS ("
+" (SELECT o.key, o.id FROM hand_ordered_outbox AS o ORDER BY o.key, o.id LIMIT 1)"
+" UNION ALL"
+" SELECT n.key, n.id FROM heads AS h CROSS JOIN LATERAL"
+" (SELECT o.key, o.id FROM hand_ordered_outbox AS o WHERE o.key > h.key"
+"  ORDER BY o.key, o.id LIMIT 1) AS n) "
+"SELECT o.id, o.key, o.payload FROM hand_ordered_outbox AS o "
+"WHERE o.id IN (SELECT h.id FROM heads AS h LIMIT 100) "
+"ORDER BY o.id FOR UPDATE SKIP LOCKED";
 
 static void
 die(const char *what)
@@ -41,9 +63,11 @@ main(int argc, char **argv)
 	amqp_socket_t *sock;
 	uint64_t	published = 0;
 	long		total = 0;
+	bool		ordered;
 
-	if (argc != 5)
-		die("usage: hand_relay CONNINFO HOST PORT QUEUE");
+	if (argc != 5 && !(argc == 6 && strcmp(argv[5], "ordered") == 0))
+		die("usage: hand_relay CONNINFO HOST PORT QUEUE [ordered]");
+	ordered = argc == 6;
 	conn = PQconnectdb(argv[1]);
 	if (PQstatus(conn) != CONNECTION_OK)
 		die(PQerrorMessage(conn));
@@ -69,8 +93,7 @@ main(int argc, char **argv)
 		size_t		len = 0;
 
 		PQclear(run(conn, "BEGIN", 0, NULL, PGRES_COMMAND_OK));
-		res = run(conn, "SELECT id, key, payload FROM hand_relay_outbox ORDER BY id LIMIT 100 "
-				  "FOR UPDATE SKIP LOCKED", 0, NULL, PGRES_TUPLES_OK);
+		res = run(conn, ordered ? ordered_sql : plain_sql, 0, NULL, PGRES_TUPLES_OK);
 		n = PQntuples(res);
 		if (n == 0)
 		{
@@ -116,7 +139,8 @@ main(int argc, char **argv)
 		{
 			const char *params[1] = {ids};
 
-			PQclear(run(conn, "DELETE FROM hand_relay_outbox WHERE id = ANY ($1::bigint[])", 1, params,
+			PQclear(run(conn, ordered ? "DELETE FROM hand_ordered_outbox WHERE id = ANY ($1::bigint[])" :
+						"DELETE FROM hand_relay_outbox WHERE id = ANY ($1::bigint[])", 1, params,
 						PGRES_COMMAND_OK));
 		}
 		PQclear(run(conn, "COMMIT", 0, NULL, PGRES_COMMAND_OK));
