@@ -1247,6 +1247,9 @@ $$;
  *	                   topic as aggregatetype, key as aggregateid, payload)
  *	outbox_deliveries  one row per (message, target): its delivery state
  *	outbox_routes      which targets each topic goes to
+ *	outbox_sent        per (topic, target), how many delivered messages
+ *	                   are kept: outbox_stats's count, so that it never
+ *	                   reads the delivered rows
  *
  * Per-key order is commit order.  A send takes its message's position in
  * its key with an upsert of the key's row in outbox_keys (last = last + 1),
@@ -1475,6 +1478,45 @@ COMMENT ON TABLE inbox.outbox_routes IS 'the targets each outbox topic is delive
 
 REVOKE ALL ON TABLE inbox.outbox_routes FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_routes', '');
+
+/*
+ * How many delivered messages of each (topic, target) the outbox holds:
+ * acknowledgements add to it and the purge takes from it, in their own
+ * transactions, so it is exact at every snapshot.  Senders never touch it
+ * (it would order every send of a topic behind one row lock); the
+ * pending and dead messages are counted from their partial indexes.
+ */
+CREATE TABLE inbox.outbox_sent (
+	topic text COLLATE pg_catalog."C" NOT NULL,
+	target text COLLATE pg_catalog."C" NOT NULL,
+	sent bigint NOT NULL,
+	CONSTRAINT outbox_sent_pkey PRIMARY KEY (topic, target)
+);
+
+COMMENT ON TABLE inbox.outbox_sent IS
+'per outbox topic and target, the delivered messages not yet purged: outbox_stats.sent';
+
+REVOKE ALL ON TABLE inbox.outbox_sent FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_sent', '');
+
+/*
+ * Add each (topic, target, sent) of deltas to outbox_sent, in one order
+ * (by topic and target), so that two callers never wait for each other's
+ * rows in a circle.
+ */
+CREATE FUNCTION inbox.outbox_count_sent(deltas inbox.outbox_sent[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	INSERT INTO inbox.outbox_sent AS s (topic, target, sent)
+	SELECT d.topic, d.target, pg_catalog.sum(d.sent)
+	  FROM pg_catalog.unnest(deltas) AS d
+	 GROUP BY d.topic, d.target
+	 ORDER BY d.topic, d.target
+	ON CONFLICT ON CONSTRAINT outbox_sent_pkey DO UPDATE
+	   SET sent = s.sent OPERATOR(pg_catalog.+) EXCLUDED.sent
+$$;
 
 -- The implementations
 
@@ -1826,12 +1868,17 @@ AS $$
 		   FOR UPDATE SKIP LOCKED),
 	deliveries AS (
 		DELETE FROM inbox.outbox_deliveries AS d USING doomed
-		 WHERE d.id OPERATOR(pg_catalog.=) doomed.id),
+		 WHERE d.id OPERATOR(pg_catalog.=) doomed.id
+		RETURNING d.topic, d.target),
 	messages AS (
 		DELETE FROM inbox.outbox_messages AS m USING doomed
 		 WHERE m.id OPERATOR(pg_catalog.=) doomed.id
-		RETURNING 1)
-	SELECT pg_catalog.count(*) FROM messages
+		RETURNING 1),
+	-- Every delivery of a doomed message was delivered: outbox_sent drops them
+	uncounted AS (
+		SELECT inbox.outbox_count_sent(pg_catalog.array_agg(ROW(x.topic, x.target, -1)::inbox.outbox_sent))
+		  FROM deliveries AS x)
+	SELECT (SELECT pg_catalog.count(*) FROM messages) FROM uncounted
 $$;
 
 /*
@@ -1935,6 +1982,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	p_receipt uuid := outbox_ack.receipt;
+	done_topic text;
 	done_target text;
 BEGIN
 	IF p_receipt IS NULL THEN
@@ -1945,10 +1993,11 @@ BEGIN
 	   SET state = 's', finished_at = pg_catalog.clock_timestamp(), receipt = NULL, lease_until = NULL
 	 WHERE d.receipt OPERATOR(pg_catalog.=) p_receipt
 	   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-	RETURNING d.target INTO done_target;
+	RETURNING d.topic, d.target INTO done_topic, done_target;
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
+	PERFORM inbox.outbox_count_sent(ARRAY[ROW(done_topic, done_target, 1)::inbox.outbox_sent]);
 	-- The key's next message is its head now: wake the relays at commit
 	PERFORM inbox.outbox_wake(done_target);
 	RETURN true;
@@ -1968,6 +2017,7 @@ AS $$
 DECLARE
 	p_receipts uuid[] := outbox_ack_many.receipts;
 	targets text[];
+	counted inbox.outbox_sent[];
 	done integer;
 BEGIN
 	IF p_receipts IS NULL THEN
@@ -1979,10 +2029,14 @@ BEGIN
 		   SET state = 's', finished_at = pg_catalog.clock_timestamp(), receipt = NULL, lease_until = NULL
 		 WHERE d.receipt OPERATOR(pg_catalog.=) ANY (p_receipts)
 		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-		RETURNING d.target)
-	SELECT pg_catalog.array_agg(DISTINCT a.target), pg_catalog.count(*)
-	  INTO targets, done
+		RETURNING d.topic, d.target)
+	SELECT pg_catalog.array_agg(DISTINCT a.target), pg_catalog.count(*),
+		   pg_catalog.array_agg(ROW(a.topic, a.target, 1)::inbox.outbox_sent)
+	  INTO targets, done, counted
 	  FROM acked AS a;
+	IF done OPERATOR(pg_catalog.>) 0 THEN
+		PERFORM inbox.outbox_count_sent(counted);
+	END IF;
 	-- The keys' next messages are their heads now: wake the relays at commit
 	PERFORM inbox.outbox_wake(t.target) FROM pg_catalog.unnest(targets) AS t(target);
 	RETURN done;
@@ -2239,26 +2293,45 @@ COMMENT ON FUNCTION @extschema@.outbox_requeue(uuid) IS
 
 -- The views, read as the extension's owner through these functions; they
 -- show the topics the role querying may act on (inbox.scope_visible)
+
+/*
+ * outbox_stats's counts.  The pending and the dead deliveries are read
+ * through their partial indexes (sequential scans off, whatever the
+ * statistics say), and the delivered ones counted in outbox_sent: the
+ * cost follows the backlog, never the delivered history that retention
+ * keeps.
+ */
 CREATE FUNCTION inbox.outbox_counts()
 RETURNS TABLE (topic text, target text, pending bigint, oldest_pending timestamptz,
 			   sent bigint, failed bigint, dead bigint)
 LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
-	SELECT coalesce(r.topic, c.topic), coalesce(r.target, c.target),
-		   coalesce(c.pending, 0), c.oldest_pending, coalesce(c.sent, 0),
-		   coalesce(c.failed, 0), coalesce(c.dead, 0)
-	  FROM inbox.outbox_routes AS r
-	  FULL JOIN (
-		SELECT d.topic, d.target,
-			   pg_catalog.count(*) FILTER (WHERE d.state = 'p') AS pending,
-			   pg_catalog.min(d.queued_at) FILTER (WHERE d.state = 'p') AS oldest_pending,
-			   pg_catalog.count(*) FILTER (WHERE d.state = 's') AS sent,
-			   pg_catalog.count(*) FILTER (WHERE d.state = 'p' AND d.last_error IS NOT NULL) AS failed,
-			   pg_catalog.count(*) FILTER (WHERE d.state = 'x') AS dead
+	WITH open AS (
+		SELECT d.topic, d.target, pg_catalog.count(*) AS pending,
+			   pg_catalog.min(d.queued_at) AS oldest_pending,
+			   pg_catalog.count(*) FILTER (WHERE d.last_error IS NOT NULL) AS failed
 		  FROM inbox.outbox_deliveries AS d
-		 GROUP BY d.topic, d.target) AS c
-		ON c.topic = r.topic AND c.target = r.target
+		 WHERE d.state OPERATOR(pg_catalog.=) 'p'::"char"
+		 GROUP BY d.topic, d.target),
+	dead AS (
+		SELECT d.topic, d.target, pg_catalog.count(*) AS dead
+		  FROM inbox.outbox_deliveries AS d
+		 WHERE d.state OPERATOR(pg_catalog.=) 'x'::"char"
+		 GROUP BY d.topic, d.target),
+	pairs AS (
+		SELECT r.topic, r.target FROM inbox.outbox_routes AS r
+		UNION SELECT o.topic, o.target FROM open AS o
+		UNION SELECT x.topic, x.target FROM dead AS x
+		UNION SELECT s.topic, s.target FROM inbox.outbox_sent AS s
+			   WHERE s.sent OPERATOR(pg_catalog.<>) 0)
+	SELECT p.topic, p.target, coalesce(o.pending, 0), o.oldest_pending, coalesce(s.sent, 0),
+		   coalesce(o.failed, 0), coalesce(x.dead, 0)
+	  FROM pairs AS p
+	  LEFT JOIN open AS o ON o.topic = p.topic AND o.target = p.target
+	  LEFT JOIN dead AS x ON x.topic = p.topic AND x.target = p.target
+	  LEFT JOIN inbox.outbox_sent AS s ON s.topic = p.topic AND s.target = p.target
 $$;
 
 CREATE FUNCTION inbox.outbox_dead()
@@ -2324,6 +2397,7 @@ REVOKE ALL ON FUNCTION inbox.outbox_send(text, text, jsonb, jsonb, uuid) FROM PU
 REVOKE ALL ON FUNCTION inbox.outbox_send(text, text, bytea, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_lease(text, integer, timestamptz, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_count_sent(inbox.outbox_sent[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_next_due(text, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_target_known(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_purge(integer) FROM PUBLIC;

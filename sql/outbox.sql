@@ -20,6 +20,16 @@ CREATE FUNCTION regress.fetch(target text, n integer) RETURNS SETOF text LANGUAG
 		   || ' attempt ' || f.attempts
 	  FROM f ORDER BY f.key, f.position
 $$;
+-- outbox_stats's sent, kept apart in inbox.outbox_sent, against the
+-- delivered rows it stands for: the pairs where the two disagree
+CREATE FUNCTION regress.sent_disagrees() RETURNS SETOF text LANGUAGE sql AS $$
+	SELECT coalesce(s.topic, d.topic) || ' ' || coalesce(s.target, d.target) || ': '
+		   || coalesce(s.sent, 0) || ' counted, ' || coalesce(d.n, 0) || ' delivered'
+	  FROM outbox_stats AS s
+	  FULL JOIN (SELECT topic, target, count(*) AS n FROM inbox.outbox_deliveries
+				  WHERE state = 's' GROUP BY 1, 2) AS d ON d.topic = s.topic AND d.target = s.target
+	 WHERE coalesce(s.sent, 0) <> coalesce(d.n, 0)
+$$;
 
 -- Routes: a topic goes to targets; a password in a target is refused
 SELECT outbox_route('orders', 'amqp://rabbit.example/vhost?exchange=orders');
@@ -139,6 +149,7 @@ SELECT count(*) AS dead FROM outbox_dead_letters;
 SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
+SELECT * FROM regress.sent_disagrees();
 
 -- Relay input checks
 SELECT regress.try($$SELECT * FROM outbox_fetch('https://nowhere.example', 1, '1 minute')$$);
@@ -170,6 +181,7 @@ SELECT outbox_ack_many(array_agg(receipt)) FROM regress.fetched;
 SELECT * FROM regress.fetch('https://turns.example/hook', 3);
 SELECT outbox_ack_many(array_agg(receipt)) FROM regress.fetched;
 SELECT count(*) AS left FROM outbox_fetch('https://turns.example/hook', 10, '1 minute');
+SELECT * FROM regress.sent_disagrees();
 SELECT outbox_unroute('turns', 'https://turns.example/hook');
 SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x') AS unknown_receipt;
 SELECT regress.try($$SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x', '-1 s')$$);
@@ -194,6 +206,7 @@ RESET inbox.purge_batch_size;
 SELECT inbox_purge() AS purged;
 SELECT inbox_purge() AS purged;
 SELECT key, position FROM inbox.outbox_messages ORDER BY key, position;
+SELECT * FROM regress.sent_disagrees();
 SELECT count(*) AS orphans FROM inbox.outbox_deliveries d
  WHERE NOT EXISTS (SELECT FROM inbox.outbox_messages m WHERE m.id = d.id);
 -- Delivered now: they go too, once past inbox.outbox_retention
@@ -205,6 +218,22 @@ SELECT inbox_purge() AS purged;
 RESET inbox.outbox_retention;
 SELECT inbox_purge() AS purged;
 SELECT key, position FROM inbox.outbox_messages ORDER BY key, position;
+SELECT * FROM regress.sent_disagrees();
+SELECT topic, target, pending, sent, dead FROM outbox_stats ORDER BY 1, 2;
+-- The view reads deliveries only through the partial indexes of the
+-- pending and the dead: never the delivered ones, however many are kept,
+-- and whatever the statistics say (here: every row pending)
+BEGIN;
+SELECT count(*) AS sent FROM outbox_send_many('orders', ARRAY(SELECT 's-' || i FROM generate_series(1, 300) AS i),
+											   ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 300)));
+ANALYZE inbox.outbox_deliveries;
+CREATE TEMP TABLE scans AS
+SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'inbox.outbox_deliveries'::regclass;
+SELECT count(*) > 0 AS rows FROM outbox_stats;
+SELECT x.seq_scan - s.seq_scan AS sequential_scans
+  FROM pg_stat_xact_user_tables AS x, scans AS s
+ WHERE x.relid = 'inbox.outbox_deliveries'::regclass;
+ROLLBACK;
 -- Positions go on after a purge
 SELECT outbox_send('orders', 'o-1', '{"n": "later"}'::jsonb) AS later \gset
 SELECT position FROM inbox.outbox_messages WHERE id = :'later';
