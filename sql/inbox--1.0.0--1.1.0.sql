@@ -1521,9 +1521,10 @@ $$;
 -- The implementations
 
 /*
- * inbox.outbox_write: one send (see the banner).  A caller's id that
- * exists already is the same send again when its topic, key, payload and
- * headers are the same: it returns the id and writes nothing; else IB002.
+ * inbox.outbox_write: a send with the caller's id p_id (see the banner;
+ * src/outbox.c sends a new id itself).  An id that exists already is the
+ * same send again when its topic, key, payload and headers are the same:
+ * it returns the id and writes nothing; else IB002.
  * Two sends of one new id race on the primary key: the loser gives back
  * the position it took (it still holds its key's row) and compares.
  */
@@ -1534,28 +1535,23 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	new_id uuid := p_id;
 	pos bigint;
 	old inbox.outbox_messages;
 BEGIN
 	PERFORM inbox.outbox_check(p_topic, p_key,
 							   coalesce(pg_catalog.pg_column_size(p_payload),
 										pg_catalog.pg_column_size(p_bytes)));
-	IF p_id IS NULL THEN
-		new_id := inbox.uuid_v7();
-	ELSE
-		SELECT m.* INTO old FROM inbox.outbox_messages AS m WHERE m.id OPERATOR(pg_catalog.=) p_id;
-		IF FOUND THEN
-			PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
-			RETURN p_id;
-		END IF;
+	SELECT m.* INTO old FROM inbox.outbox_messages AS m WHERE m.id OPERATOR(pg_catalog.=) p_id;
+	IF FOUND THEN
+		PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
+		RETURN p_id;
 	END IF;
 	INSERT INTO inbox.outbox_keys AS k (topic, key, last)
 	VALUES (p_topic, p_key, 1)
 	ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
 	RETURNING k.last INTO pos;
 	INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, payload_bytes, headers)
-	VALUES (new_id, p_topic, p_key, pos, p_payload, p_bytes, p_headers)
+	VALUES (p_id, p_topic, p_key, pos, p_payload, p_bytes, p_headers)
 	ON CONFLICT ON CONSTRAINT outbox_messages_pkey DO NOTHING;
 	IF NOT FOUND THEN
 		UPDATE inbox.outbox_keys AS k SET last = k.last OPERATOR(pg_catalog.-) 1
@@ -1568,10 +1564,10 @@ BEGIN
 	PERFORM inbox.outbox_wake(r.target) FROM inbox.outbox_routes AS r
 	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
 	INSERT INTO inbox.outbox_deliveries AS d (id, target, topic, key, position)
-	SELECT new_id, r.target, p_topic, p_key, pos
+	SELECT p_id, r.target, p_topic, p_key, pos
 	  FROM inbox.outbox_routes AS r
 	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
-	RETURN new_id;
+	RETURN p_id;
 END
 $$;
 
