@@ -11,7 +11,8 @@
 # At few keys the sends of one key wait for each other's commits: that is
 # what ordering by commit costs, and the hand-written outbox pays it too.
 # pgmq keeps no order per key.  Targets: outbox >= 1.0 x pgmq, >= 0.95 x
-# hand-written.
+# hand-written.  Beside tps, the cluster's CPU per transaction, which other
+# load on the machine disturbs much less.
 #
 # test/bench/outbox.sh
 #
@@ -52,11 +53,12 @@ else
 fi
 sql "VACUUM ANALYZE" >/dev/null
 
-# ob_run VARIANT NKEYS: one pgbench run; prints its tps, after checking
-# that each transaction wrote one order and one message
+# ob_run VARIANT NKEYS: one pgbench run; prints its tps and the cluster's
+# CPU per transaction in µs (n/a without /proc), after checking that the
+# run wrote messages (one per transaction)
 ob_run()
 {
-	local v=$1 nkeys=$2 tps file count before after
+	local v=$1 nkeys=$2 tps file count before after ticks0="" ticks1="" cpu=n/a
 	case $v in
 		outbox) file=outbox_send.sql; count="SELECT count(*) FROM inbox.outbox_messages" ;;
 		pgmq) file=outbox_pgmq.sql; count="SELECT count(*) FROM pgmq.q_bench_outbox" ;;
@@ -64,23 +66,28 @@ ob_run()
 	esac
 	sql "CHECKPOINT" >/dev/null
 	before=$(sql "$count")
+	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
 	tps=$(pgbench_tps "outbox variant $v ($nkeys keys)" -T "$ob_seconds" \
 		-D base="$((RANDOM * 100000000000))" -D span=99999999999 -D nkeys="$nkeys" \
 		-f "$here/$file") || exit 1
+	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
 	after=$(sql "$count")
 	[ "$((after - before))" -gt 0 ] || fail "outbox variant $v ($nkeys keys) wrote no message"
-	echo "$tps"
+	[ -n "$ticks1" ] && cpu=$(((ticks1 - ticks0) * 1000000 / clk_tck / (after - before)))
+	echo "$tps $cpu"
 }
 
-declare -A ob_tps=() ob_med=()
+declare -A ob_tps=() ob_med=() ob_cpu=() ob_cpu_med=()
 ob_variants=(outbox hand)
 [ "$ob_pgmq" = 1 ] && ob_variants+=(pgmq)
 for nkeys in 10 1000 0; do
 	for ((r = 0; r < ob_rounds; r++)); do
 		for ((i = 0; i < ${#ob_variants[@]}; i++)); do
 			v=${ob_variants[(i + r) % ${#ob_variants[@]}]}
-			res=$(ob_run "$v" "$nkeys") || exit 1
-			ob_tps[$v.$nkeys]="${ob_tps[$v.$nkeys]:-} $res"
+			read -r tps cpu <<<"$(ob_run "$v" "$nkeys")" || exit 1
+			[ -n "$tps" ] || exit 1
+			ob_tps[$v.$nkeys]="${ob_tps[$v.$nkeys]:-} $tps"
+			ob_cpu[$v.$nkeys]="${ob_cpu[$v.$nkeys]:-} $cpu"
 		done
 	done
 done
@@ -90,23 +97,37 @@ bad=$(sql "SELECT count(*) FROM (SELECT key FROM inbox.outbox_messages GROUP BY 
 		   HAVING max(position) <> count(*) OR count(DISTINCT position) <> count(*)) x")
 [ "$bad" = 0 ] || fail "outbox: $bad keys whose positions are not 1 .. n"
 
-echo "| keys | variant | median tps | min | max |"
-echo "|---|---|---:|---:|---:|"
+echo "| keys | variant | median tps | min | max | server CPU µs/tx |"
+echo "|---|---|---:|---:|---:|---:|"
 for nkeys in 10 1000 0; do
 	for v in "${ob_variants[@]}"; do
 		read -r med min max <<<"$(stats "${ob_tps[$v.$nkeys]}")"
 		ob_med[$v.$nkeys]=$med
-		echo "| $([ "$nkeys" = 0 ] && echo unique || echo "$nkeys") | $v | $med | $min | $max |"
+		ob_cpu_med[$v.$nkeys]=n/a
+		case ${ob_cpu[$v.$nkeys]} in
+			*n/a*) ;;
+			*)
+				read -r cpu _ <<<"$(stats "${ob_cpu[$v.$nkeys]}")"
+				ob_cpu_med[$v.$nkeys]=${cpu%.0}
+				;;
+		esac
+		echo "| $([ "$nkeys" = 0 ] && echo unique || echo "$nkeys") | $v | $med | $min | $max | ${ob_cpu_med[$v.$nkeys]} |"
 	done
 done
 echo
 for nkeys in 10 1000 0; do
 	label=$([ "$nkeys" = 0 ] && echo "unique keys" || echo "$nkeys keys")
-	awk -v o="${ob_med[outbox.$nkeys]}" -v h="${ob_med[hand.$nkeys]}" -v l="$label" 'BEGIN {
-		printf "%s: outbox/hand %.2f (target 0.95)\n", l, o / h }'
+	awk -v o="${ob_med[outbox.$nkeys]}" -v h="${ob_med[hand.$nkeys]}" -v l="$label" \
+		-v oc="${ob_cpu_med[outbox.$nkeys]}" -v hc="${ob_cpu_med[hand.$nkeys]}" 'BEGIN {
+		printf "%s: outbox/hand %.2f (target 0.95)", l, o / h
+		if (oc + 0 > 0 && hc + 0 > 0) printf "; by CPU per transaction %.2f", hc / oc
+		printf "\n" }'
 	if [ "$ob_pgmq" = 1 ]; then
-		awk -v o="${ob_med[outbox.$nkeys]}" -v p="${ob_med[pgmq.$nkeys]}" -v l="$label" 'BEGIN {
-			printf "%s: outbox/pgmq %.2f (target 1.0)\n", l, o / p }'
+		awk -v o="${ob_med[outbox.$nkeys]}" -v p="${ob_med[pgmq.$nkeys]}" -v l="$label" \
+			-v oc="${ob_cpu_med[outbox.$nkeys]}" -v pc="${ob_cpu_med[pgmq.$nkeys]}" 'BEGIN {
+			printf "%s: outbox/pgmq %.2f (target 1.0)", l, o / p
+			if (oc + 0 > 0 && pc + 0 > 0) printf "; by CPU per transaction %.2f", pc / oc
+			printf "\n" }'
 	fi
 done
 echo
