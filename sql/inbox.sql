@@ -3868,29 +3868,15 @@ DECLARE
 	last_key text;
 BEGIN
 	SELECT c.topic, c.key INTO c_topic, c_key FROM inbox.outbox_cursor(p_target) AS c;
-	-- One probe per key: the first pending row after the key before, or,
+	-- One probe per key, from the cursor (the seed row, which is no head:
+	-- its due is NULL): the first pending row after the key before, or,
 	-- once past the last key, the first of all (wrapped); a wrapped walk
 	-- ends at the cursor.  In each probe, the second branch runs only when
 	-- the first finds nothing.
 	WITH RECURSIVE walk AS (
-		(SELECT f.* FROM (
-			(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, false AS wrapped, 1 AS step
-			   FROM inbox.outbox_deliveries AS d
-			  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-				AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-				AND (d.topic, d.key) OPERATOR(pg_catalog.>) (c_topic COLLATE "C", c_key COLLATE "C")
-			  ORDER BY d.topic, d.key, d.position
-			  LIMIT 1)
-			UNION ALL
-			(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, true AS wrapped, 1 AS step
-			   FROM inbox.outbox_deliveries AS d
-			  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-				AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-			  ORDER BY d.topic, d.key, d.position
-			  LIMIT 1)) AS f
-		 WHERE NOT f.wrapped
-			OR (f.topic, f.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")
-		 LIMIT 1)
+		SELECT c_topic COLLATE "C" AS topic, c_key COLLATE "C" AS key, NULL::tid AS tid,
+			   NULL::timestamptz AS due, NULL::timestamptz AS lease_until, false AS wrapped,
+			   0 AS step
 		UNION ALL
 		SELECT n.* FROM walk AS h
 		 CROSS JOIN LATERAL (
