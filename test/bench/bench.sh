@@ -274,6 +274,38 @@ cluster_ticks()
 	echo "$t"
 }
 
+# cpu_mark: cluster_ticks once no client backend is left; nothing without
+# /proc (or when the backends do not go)
+cpu_mark()
+{
+	[ "$clk_tck" -gt 0 ] && wait_backends && cluster_ticks
+	return 0
+}
+
+# cpu_per_tx TICKS0 TICKS1 N: the cluster's CPU between two marks, in µs
+# per transaction over N transactions; n/a without both marks or with none
+cpu_per_tx()
+{
+	if [ -n "$1" ] && [ -n "$2" ] && [ "$3" -gt 0 ]; then
+		echo $((($2 - $1) * 1000000 / clk_tck / $3))
+	else
+		echo n/a
+	fi
+}
+
+# cpu_median LIST: the median of cpu_per_tx readings, n/a if one is
+cpu_median()
+{
+	local cpu
+	case $1 in
+		*n/a*) echo n/a ;;
+		*)
+			read -r cpu _ <<<"$(stats "$1")"
+			echo "${cpu%.0}"
+			;;
+	esac
+}
+
 if [ "$skip_claims" = 0 ]; then
 	psql -X -q -v ON_ERROR_STOP=1 -v dup_ids="$dup_ids" -f "$here/setup.sql" >/dev/null
 fi
@@ -383,8 +415,8 @@ run_variant()
 
 	sql "CHECKPOINT" >/dev/null
 	before=$(sql "$counts_sql")
-	local ticks0="" ticks1="" cpu_us=n/a
-	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
+	local ticks0 ticks1 cpu_us
+	ticks0=$(cpu_mark)
 	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$secs" \
 		-D base="$base" -D span="$vspan" -D scope="${scope[$v]}" -D seq=0 \
 		-f "$here/${script[$v]}" 2>&1); then
@@ -392,7 +424,7 @@ run_variant()
 		echo "bench.sh: pgbench failed on variant ($v)" >&2
 		exit 1
 	fi
-	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
+	ticks1=$(cpu_mark)
 	after=$(sql "$counts_sql")
 
 	processed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
@@ -445,9 +477,7 @@ run_variant()
 		fi
 	fi
 
-	if [ -n "$ticks1" ]; then
-		cpu_us=$(((ticks1 - ticks0) * 1000000 / clk_tck / n))
-	fi
+	cpu_us=$(cpu_per_tx "$ticks0" "$ticks1" "$n")
 	printf '| %s | %s | %.1f | %d | %s |\n' "$label" "$v" "$tps" "$n" "$cpu_us"
 	if [ "$label" != warm-up ]; then
 		results[$v]="${results[$v]:-} $tps"
@@ -487,11 +517,7 @@ echo "|---|---|---:|---:|---:|---:|"
 for v in "${variants[@]}"; do
 	read -r med lo hi <<<"$(stats "${results[$v]}")"
 	median[$v]=$med
-	cpu=n/a
-	case ${cpu_results[$v]} in
-		*n/a*) ;;
-		*) read -r cpu _ <<<"$(stats "${cpu_results[$v]}")"; cpu=${cpu%.0} ;;
-	esac
+	cpu=$(cpu_median "${cpu_results[$v]}")
 	echo "| $v | ${desc[$v]} | $med | $lo | $hi | $cpu |"
 done
 echo

@@ -58,7 +58,7 @@ sql "VACUUM ANALYZE" >/dev/null
 # run wrote messages (one per transaction)
 ob_run()
 {
-	local v=$1 nkeys=$2 tps file count before after ticks0="" ticks1="" cpu=n/a
+	local v=$1 nkeys=$2 tps file count before after ticks0 ticks1
 	case $v in
 		outbox) file=outbox_send.sql; count="SELECT count(*) FROM inbox.outbox_messages" ;;
 		pgmq) file=outbox_pgmq.sql; count="SELECT count(*) FROM pgmq.q_bench_outbox" ;;
@@ -66,15 +66,14 @@ ob_run()
 	esac
 	sql "CHECKPOINT" >/dev/null
 	before=$(sql "$count")
-	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
+	ticks0=$(cpu_mark)
 	tps=$(pgbench_tps "outbox variant $v ($nkeys keys)" -T "$ob_seconds" \
 		-D base="$((RANDOM * 100000000000))" -D span=99999999999 -D nkeys="$nkeys" \
 		-f "$here/$file") || exit 1
-	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
+	ticks1=$(cpu_mark)
 	after=$(sql "$count")
 	[ "$((after - before))" -gt 0 ] || fail "outbox variant $v ($nkeys keys) wrote no message"
-	[ -n "$ticks1" ] && cpu=$(((ticks1 - ticks0) * 1000000 / clk_tck / (after - before)))
-	echo "$tps $cpu"
+	echo "$tps $(cpu_per_tx "$ticks0" "$ticks1" "$((after - before))")"
 }
 
 declare -A ob_tps=() ob_med=() ob_cpu=() ob_cpu_med=()
@@ -103,31 +102,27 @@ for nkeys in 10 1000 0; do
 	for v in "${ob_variants[@]}"; do
 		read -r med min max <<<"$(stats "${ob_tps[$v.$nkeys]}")"
 		ob_med[$v.$nkeys]=$med
-		ob_cpu_med[$v.$nkeys]=n/a
-		case ${ob_cpu[$v.$nkeys]} in
-			*n/a*) ;;
-			*)
-				read -r cpu _ <<<"$(stats "${ob_cpu[$v.$nkeys]}")"
-				ob_cpu_med[$v.$nkeys]=${cpu%.0}
-				;;
-		esac
+		ob_cpu_med[$v.$nkeys]=$(cpu_median "${ob_cpu[$v.$nkeys]}")
 		echo "| $([ "$nkeys" = 0 ] && echo unique || echo "$nkeys") | $v | $med | $min | $max | ${ob_cpu_med[$v.$nkeys]} |"
 	done
 done
 echo
-for nkeys in 10 1000 0; do
-	label=$([ "$nkeys" = 0 ] && echo "unique keys" || echo "$nkeys keys")
-	awk -v o="${ob_med[outbox.$nkeys]}" -v h="${ob_med[hand.$nkeys]}" -v l="$label" \
-		-v oc="${ob_cpu_med[outbox.$nkeys]}" -v hc="${ob_cpu_med[hand.$nkeys]}" 'BEGIN {
-		printf "%s: outbox/hand %.2f (target 0.95)", l, o / h
-		if (oc + 0 > 0 && hc + 0 > 0) printf "; by CPU per transaction %.2f", hc / oc
+# ob_ratio NKEYS BASELINE TARGET: the outbox against BASELINE at NKEYS,
+# by median tps and, where both were read, by CPU per transaction
+ob_ratio()
+{
+	local label
+	label=$([ "$1" = 0 ] && echo "unique keys" || echo "$1 keys")
+	awk -v o="${ob_med[outbox.$1]}" -v b="${ob_med[$2.$1]}" -v l="$label" -v n="$2" -v t="$3" \
+		-v oc="${ob_cpu_med[outbox.$1]}" -v bc="${ob_cpu_med[$2.$1]}" 'BEGIN {
+		printf "%s: outbox/%s %.2f (target %s)", l, n, o / b, t
+		if (oc + 0 > 0 && bc + 0 > 0) printf "; by CPU per transaction %.2f", bc / oc
 		printf "\n" }'
+}
+for nkeys in 10 1000 0; do
+	ob_ratio "$nkeys" hand 0.95
 	if [ "$ob_pgmq" = 1 ]; then
-		awk -v o="${ob_med[outbox.$nkeys]}" -v p="${ob_med[pgmq.$nkeys]}" -v l="$label" \
-			-v oc="${ob_cpu_med[outbox.$nkeys]}" -v pc="${ob_cpu_med[pgmq.$nkeys]}" 'BEGIN {
-			printf "%s: outbox/pgmq %.2f (target 1.0)", l, o / p
-			if (oc + 0 > 0 && pc + 0 > 0) printf "; by CPU per transaction %.2f", pc / oc
-			printf "\n" }'
+		ob_ratio "$nkeys" pgmq 1.0
 	fi
 done
 echo

@@ -67,22 +67,21 @@ fill plan-stale "$plan_pending"
 # measure of what the plan does.
 plan_run()
 {
-	local c=$1 scope=plan-$1 opts="" out tps n ticks0="" ticks1="" cpu=n/a
+	local c=$1 scope=plan-$1 opts="" out tps n ticks0 ticks1
 	case $c in
 		generic) scope=plan-ref; opts="-c plan_cache_mode=force_generic_plan" ;;
 	esac
 	# Without the commit's flush, which would otherwise dominate one
 	# client's transaction and hide what the take costs
 	opts="$opts -c synchronous_commit=off"
-	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
+	ticks0=$(cpu_mark)
 	out=$(PGOPTIONS="$opts" pgbench -n -M prepared -c 1 -t "$plan_tx" -D scope="$scope" \
 		-f "$here/work_one.sql" 2>&1) || { echo "$out" >&2; fail "pgbench failed on plan condition $c"; }
-	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
+	ticks1=$(cpu_mark)
 	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
 	n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
 	[ -n "$tps" ] && [ -n "$n" ] || { echo "$out" >&2; fail "no tps for plan condition $c"; }
-	[ -n "$ticks1" ] && [ "$n" -gt 0 ] && cpu=$(((ticks1 - ticks0) * 1000000 / clk_tck / n))
-	echo "$tps $cpu"
+	echo "$tps $(cpu_per_tx "$ticks0" "$ticks1" "$n")"
 }
 
 declare -A plan_tps=() plan_cpu=()

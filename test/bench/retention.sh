@@ -196,7 +196,7 @@ echo
 
 # (a) the background worker
 build_backlog worker
-[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks) || ticks0=""
+ticks0=$(cpu_mark)
 t0=$(now_s)
 set_system inbox.purge_enabled on
 deadline=$(calc "$t0 + 600" "%d")
@@ -231,7 +231,7 @@ sql "VACUUM inbox.entries" >/dev/null
 
 # (b) inbox_purge(), one call a transaction, until it returns 0
 build_backlog sql
-[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks) || ticks0=""
+ticks0=$(cpu_mark)
 calls=0
 sql_purged=0
 t0=$(now_s)
@@ -305,8 +305,8 @@ declare -A purge_results purge_cpu
 # "claims" with the purge MODE (on/off), which must be set already
 claims_run()
 {
-	local mode=$1 secs=$2 label=$3 out processed failed tps n cpu_us=n/a
-	local o0 o1 c0 c1 p0 p1 ticks0="" ticks1="" rows_at_start
+	local mode=$1 secs=$2 label=$3 out processed failed tps n cpu_us
+	local o0 o1 c0 c1 p0 p1 ticks0 ticks1 rows_at_start
 	claims_run_no=$((claims_run_no + 1))
 	local base=$((claims_run_no * 10000000000000000))
 
@@ -314,14 +314,14 @@ claims_run()
 	o0=$(sql "SELECT count(*) FROM orders")
 	read -r c0 _ p0 <<<"$(counters claims)"
 	rows_at_start=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = 'claims'")
-	[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks)
+	ticks0=$(cpu_mark)
 	if ! out=$(pgbench -n -M prepared -c "$clients" -j "$jobs" -T "$secs" \
 		-D base="$base" -D span=9999999999999999 -D scope=claims \
 		-f "$here/claim.sql" 2>&1); then
 		echo "$out" >&2
 		fail "pgbench failed on the claim run with the purge $mode"
 	fi
-	[ -n "$ticks0" ] && wait_backends && ticks1=$(cluster_ticks)
+	ticks1=$(cpu_mark)
 	o1=$(sql "SELECT count(*) FROM orders")
 	read -r c1 _ p1 <<<"$(counters claims)"
 
@@ -343,7 +343,7 @@ claims_run()
 	if [ "$mode" = on ] && [ "$p1" = "$p0" ] && [ "$label" != warm-up ]; then
 		fail "claim run $claims_run_no purged nothing with the purge on"
 	fi
-	[ -n "$ticks1" ] && cpu_us=$(((ticks1 - ticks0) * 1000000 / clk_tck / n))
+	cpu_us=$(cpu_per_tx "$ticks0" "$ticks1" "$n")
 	printf '| %s | %s | %.1f | %d | %d | %d | %s |\n' "$label" "$mode" "$tps" "$n" \
 		"$rows_at_start" $((p1 - p0)) "$cpu_us"
 	if [ "$label" != warm-up ]; then
@@ -463,7 +463,7 @@ rm -f "$work/sampler.stop"
 	done
 ) &
 sampler=$!
-[ "$clk_tck" -gt 0 ] && wait_backends && ticks0=$(cluster_ticks) || ticks0=""
+ticks0=$(cpu_mark)
 # The purge goes off as the ingest ends: a purge that went on after the
 # last claim would shrink the live rows (a retention's worth of entries,
 # less what expires meanwhile) under a table sized for more, and make the
