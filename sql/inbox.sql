@@ -4108,25 +4108,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	p_receipt uuid := outbox_ack.receipt;
-	done_topic text;
-	done_target text;
 BEGIN
 	IF p_receipt IS NULL THEN
 		RAISE EXCEPTION 'receipt must not be null'
 			USING ERRCODE = '22004', HINT = 'Pass the receipt outbox_fetch returned with the message.';
 	END IF;
-	UPDATE inbox.outbox_deliveries AS d
-	   SET state = 's', finished_at = pg_catalog.clock_timestamp(), receipt = NULL, lease_until = NULL
-	 WHERE d.receipt OPERATOR(pg_catalog.=) p_receipt
-	   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-	RETURNING d.topic, d.target INTO done_topic, done_target;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	PERFORM inbox.outbox_count_sent(ARRAY[ROW(done_topic, done_target, 1)::inbox.outbox_sent]);
-	-- The key's next message is its head now: wake the relays at commit
-	PERFORM inbox.outbox_wake(done_target);
-	RETURN true;
+	-- A batch of one: the same statement, count and wake-up
+	RETURN @extschema@.outbox_ack_many(ARRAY[p_receipt]) OPERATOR(pg_catalog.=) 1;
 END
 $$;
 
