@@ -13,6 +13,18 @@
  * the target's line of the secrets file, if any, is the password, and
  * libpq's password file serves too.
  *
+ * A batch is received in one statement, and so in one transaction of the
+ * other database, per kind of payload: inbox_receive_many with
+ * on_mismatch => 'return', whose row for each id says received,
+ * duplicate or mismatch.  A batch holds one message per key, so receiving
+ * it at once changes no key's order.  A mismatch, and every message of a
+ * statement that failed for a reason other than the connection or a
+ * transient conflict (an older inbox there without the batch form, a
+ * payload the inbox there refuses), is then delivered alone by
+ * inbox_receive, so that one message refused never holds back the others
+ * and its error is the one inbox_receive gives.  The batch is sent and
+ * answered in start_batch; finish_batch has nothing left to wait for.
+ *
  * relay/postgres.c
  *
  *-------------------------------------------------------------------------
@@ -106,6 +118,27 @@ pg_open(const char *url, const char *secret, char *error)
 	return t;
 }
 
+/*
+ * The outcome of a statement that failed on t's connection, its error in
+ * error: the target is down, the statement may succeed if tried again, or
+ * the target refused it.
+ */
+static RelayResult
+failure(RelayTarget *t, const PGresult *res, char *error)
+{
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+	snprintf(error, RELAY_ERROR_SIZE, "%s", PQerrorMessage(t->conn));
+	error[strcspn(error, "\n")] = '\0';
+	if (PQstatus(t->conn) != CONNECTION_OK || (state != NULL && strncmp(state, "08", 2) == 0))
+		return RELAY_DOWN;
+	if (state != NULL && (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
+						  strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0 ||
+						  strcmp(state, "57P01") == 0 || strcmp(state, "53300") == 0))
+		return RELAY_RETRY;
+	return RELAY_REFUSED;
+}
+
 static RelayResult
 pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 {
@@ -113,31 +146,186 @@ pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 	int			lengths[3] = {0, 0, (int) m->body_len};
 	int			formats[3] = {0, 0, m->binary ? 1 : 0};
 	PGresult   *res;
-	const char *state;
 	RelayResult result;
 
 	res = PQexecParams(t->conn,
 					   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea)"
 					   : "SELECT inbox_receive($1, $2, $3::jsonb)",
 					   3, NULL, params, lengths, formats, 0);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK)
-	{
-		PQclear(res);
-		return RELAY_DELIVERED;	/* received, or already received: a duplicate */
-	}
-	snprintf(error, RELAY_ERROR_SIZE, "%s", PQerrorMessage(t->conn));
-	error[strcspn(error, "\n")] = '\0';
-	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-	if (PQstatus(t->conn) != CONNECTION_OK || (state != NULL && strncmp(state, "08", 2) == 0))
-		result = RELAY_DOWN;
-	else if (state != NULL && (strcmp(state, "40001") == 0 || strcmp(state, "40P01") == 0 ||
-							   strcmp(state, "55P03") == 0 || strcmp(state, "57014") == 0 ||
-							   strcmp(state, "57P01") == 0 || strcmp(state, "53300") == 0))
-		result = RELAY_RETRY;
-	else
-		result = RELAY_REFUSED;
+	/* received, or already received: a duplicate */
+	result = PQresultStatus(res) == PGRES_TUPLES_OK ? RELAY_DELIVERED : failure(t, res, error);
 	PQclear(res);
 	return result;
+}
+
+/* A growing string */
+typedef struct Text
+{
+	char	   *data;
+	size_t		len;
+	size_t		size;
+} Text;
+
+static void
+text_add(Text *s, const char *p, size_t n)
+{
+	if (s->len + n + 1 > s->size)
+	{
+		s->size = (s->len + n + 1) * 2;
+		s->data = realloc(s->data, s->size);
+	}
+	memcpy(s->data + s->len, p, n);
+	s->len += n;
+	s->data[s->len] = '\0';
+}
+
+/*
+ * Add one element to an array literal: in double quotes, its quotes and
+ * backslashes escaped; binary bytes as bytea's hex form.
+ */
+static void
+text_add_element(Text *s, const char *p, size_t n, bool binary)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	text_add(s, s->len > 1 ? ",\"" : "\"", s->len > 1 ? 2 : 1);
+	if (binary)
+	{
+		text_add(s, "\\\\x", 3);
+		for (size_t i = 0; i < n; i++)
+		{
+			char		b[2] = {hex[(unsigned char) p[i] >> 4], hex[(unsigned char) p[i] & 15]};
+
+			text_add(s, b, 2);
+		}
+	}
+	else
+		for (size_t i = 0; i < n; i++)
+		{
+			if (p[i] == '"' || p[i] == '\\')
+				text_add(s, "\\", 1);
+			text_add(s, &p[i], 1);
+		}
+	text_add(s, "\"", 1);
+}
+
+/*
+ * The most payload bytes one statement carries: a batch of large
+ * messages goes in several, so that neither this process nor the server
+ * has to hold an array near PostgreSQL's limit of a value.
+ */
+#define RECEIVE_MANY_BYTES (16 * 1024 * 1024)
+
+/*
+ * Receive messages m[which[0]], ... m[which[count - 1]], all of one kind
+ * (binary or not), in one statement; fill their results and errors.
+ */
+static void
+receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count, bool binary,
+			 RelayResult *results, char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+{
+	Text		ids = {0},
+				payloads = {0};
+	const char *params[3];
+	PGresult   *res;
+	RelayResult outcome;
+	int			i;
+
+	text_add(&ids, "{", 1);
+	text_add(&payloads, "{", 1);
+	for (i = 0; i < count; i++)
+	{
+		text_add_element(&ids, m[which[i]].id, strlen(m[which[i]].id), false);
+		text_add_element(&payloads, m[which[i]].body, m[which[i]].body_len, binary);
+	}
+	text_add(&ids, "}", 1);
+	text_add(&payloads, "}", 1);
+	params[0] = t->scope;
+	params[1] = ids.data;
+	params[2] = payloads.data;
+	res = PQexecParams(t->conn, binary ?
+					   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+					   "$3::bytea[], on_mismatch => 'return') AS r" :
+					   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+					   "$3::jsonb[], on_mismatch => 'return') AS r",
+					   3, NULL, params, NULL, NULL, 0);
+	free(ids.data);
+	free(payloads.data);
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == count)
+	{
+		for (i = 0; i < count; i++)
+		{
+			int			k = atoi(PQgetvalue(res, i, 0)) - 1;
+
+			if (k < 0 || k >= count)
+				continue;
+			/* A mismatch is delivered alone, for inbox_receive's error */
+			results[which[k]] = strcmp(PQgetvalue(res, i, 1), "mismatch") == 0 ?
+				pg_deliver(t, &m[which[k]], errors[which[k]], &retry_after[which[k]]) :
+				RELAY_DELIVERED;
+		}
+		PQclear(res);
+		return;
+	}
+	outcome = PQresultStatus(res) == PGRES_TUPLES_OK ? RELAY_REFUSED :
+		failure(t, res, errors[which[0]]);
+	PQclear(res);
+	for (i = 0; i < count; i++)
+	{
+		int			k = which[i];
+
+		if (outcome == RELAY_REFUSED)
+			results[k] = pg_deliver(t, &m[k], errors[k], &retry_after[k]);
+		else
+		{
+			results[k] = outcome;
+			if (k != which[0])
+				memcpy(errors[k], errors[which[0]], RELAY_ERROR_SIZE);
+		}
+	}
+}
+
+/*
+ * Receive a batch: its JSON payloads, then its binary ones, each in as
+ * few statements as RECEIVE_MANY_BYTES allows.  When the target went
+ * down, every message not yet settled is down with it.
+ */
+static void
+pg_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
+			   char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+{
+	int		   *which = malloc(n * sizeof(int));
+
+	for (int i = 0; i < n; i++)
+		results[i] = RELAY_DOWN;
+	for (int kind = 0; kind < 2; kind++)
+	{
+		int			count = 0;
+		size_t		bytes = 0;
+
+		for (int i = 0; i <= n; i++)
+		{
+			if (i < n && m[i].binary != (kind == 1))
+				continue;
+			if (count > 0 && (i == n || bytes + m[i].body_len > RECEIVE_MANY_BYTES))
+			{
+				receive_some(t, m, which, count, kind == 1, results, errors, retry_after);
+				count = 0;
+				bytes = 0;
+			}
+			if (i < n)
+			{
+				which[count++] = i;
+				bytes += m[i].body_len;
+			}
+		}
+	}
+	free(which);
+}
+
+static void
+pg_finish_batch(RelayTarget *t)
+{
 }
 
 static void
@@ -148,5 +336,5 @@ pg_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_deliver, NULL, NULL, pg_close};
-const RelayTransport relay_postgres = {"postgres://", pg_open, pg_deliver, NULL, NULL, pg_close};
+const RelayTransport relay_postgresql = {"postgresql://", pg_open, NULL, pg_start_batch, pg_finish_batch, pg_close};
+const RelayTransport relay_postgres = {"postgres://", pg_open, NULL, pg_start_batch, pg_finish_batch, pg_close};

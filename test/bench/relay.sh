@@ -15,6 +15,9 @@
 #	  inbox-relay runs, waiting for commits; a consumer takes each message
 #	  and notes how long after its send's statement it arrived; p50 and
 #	  p99.  Target: p50 <= 10 ms at 1,000 messages/s.
+#	- to another database's inbox: the throughput drain again, to a
+#	  postgresql:// target, a database of the same cluster; messages per
+#	  second, for the record (no baseline, no target).
 #
 # A private RabbitMQ on loopback, stopped with the cluster.  Skipped, with
 # one line, without inbox-relay, rabbitmq-server or python3-pika.
@@ -230,5 +233,32 @@ echo "|---:|---:|---:|"
 echo "| $rl_n | $rl_p50 | $rl_p99 |"
 echo
 echo "p50 target <= 10 ms: $(awk -v p="$rl_p50" 'BEGIN { print (p <= 10) ? "met" : "NOT met" }')"
+echo
+
+# To another database's inbox: the same drain, to a database of this
+# cluster (the relay's connection to it takes PGHOST and PGPORT)
+createdb relay_inbox
+psql -X -q -v ON_ERROR_STOP=1 -d relay_inbox -c "CREATE EXTENSION inbox" >/dev/null
+rl_pg_target="postgresql:///relay_inbox?scope=mirror"
+sql "SELECT outbox_route('relaymirror', '$rl_pg_target', '{\"max_attempts\": 1000}')" >/dev/null
+rl_pg_rates=""
+for ((r = 0; r < rl_rounds; r++)); do
+	sql "SELECT count(*) FROM generate_series(0, $rl_messages / 1000 - 1) AS b,
+		LATERAL outbox_send_many('relaymirror',
+			ARRAY(SELECT 'k' || k FROM generate_series(1, 1000) AS k),
+			ARRAY(SELECT jsonb_build_object('n', b * 1000 + k) FROM generate_series(1, 1000) AS k))" >/dev/null
+	sql "VACUUM ANALYZE" >/dev/null
+	sql "CHECKPOINT" >/dev/null
+	t0=$(date +%s.%N)
+	"$rl_bin" --once --batch=100 --target="$rl_pg_target" "dbname=relay_bench" 2>>"$work/relay.log" ||
+		fail "inbox-relay failed: $(tail -n 5 "$work/relay.log")"
+	t1=$(date +%s.%N)
+	got=$(psql -X -tA -d relay_inbox -c "SELECT count(*) FROM inbox.entries")
+	[ "$got" = "$((rl_messages * (r + 1)))" ] ||
+		fail "the other database holds $got messages, not $((rl_messages * (r + 1)))"
+	rl_pg_rates="$rl_pg_rates $(awk -v n="$rl_messages" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')"
+done
+read -r rl_pg_m rl_pg_min rl_pg_max <<<"$(stats "$rl_pg_rates")"
+echo "- to another database's inbox (a database of the same cluster): $rl_messages messages on 1,000 keys per run, batches of 100, $rl_rounds run(s): median $rl_pg_m msg/s (min $rl_pg_min, max $rl_pg_max); no target"
 echo
 export PGDATABASE=bench

@@ -293,6 +293,49 @@ is($downstream->safe_psql('postgres', q{SELECT count(*) FROM inbox.entries WHERE
 is($node->sql(qq{SELECT state FROM inbox.outbox_deliveries WHERE target = '$pg_target' AND state <> 's'}), '',
 	'and every delivery there is acknowledged');
 
+# --- the other database takes a batch in one statement ------------------------------
+# Topic mirror goes only there.  Three keys' heads with JSON payloads, one
+# with bytes (quotes and backslashes in both), and m2's id received there
+# before with other content: m1, m3 and m4 arrive, the JSON ones in one
+# transaction, and m2 alone is refused, with inbox_receive's error.
+$node->sql("SELECT outbox_route('mirror', '$pg_target', '{\"backoff\": \"1 hour\"}')");
+$node->sql(q{
+	SELECT outbox_send('mirror', 'm1', '{"q": "a \"quoted\" back\\\\slash"}'::jsonb);
+	SELECT outbox_send('mirror', 'm2', '{"n": 2}'::jsonb);
+	SELECT outbox_send('mirror', 'm3', '{"n": 3}'::jsonb);
+	SELECT outbox_send('mirror', 'm4', '\x00225c22ff'::bytea);
+});
+my %mirror = map { my ($k, $id) = split /\|/; ($k => $id) } split /\n/,
+  $node->sql(q{SELECT key, id FROM inbox.outbox_messages WHERE topic = 'mirror'});
+$downstream->safe_psql('postgres', qq{SELECT inbox_receive('orders', '$mirror{m2}', '{"n": "other"}'::jsonb)});
+ok(run_relay_once("--target=$pg_target"), 'a relay delivers the mirror topic');
+is($node->sql(q{SELECT string_agg(m.key || ':' || d.state::text, ' ' ORDER BY m.key)
+		FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
+		WHERE m.topic = 'mirror'}),
+	'm1:s m2:p m3:s m4:s', 'every message of the batch is delivered but the one received before with other content');
+like($node->sql(qq{SELECT last_error FROM inbox.outbox_deliveries WHERE id = '$mirror{m2}'}),
+	qr/already received with a different payload/, 'which fails with the other inbox\'s error');
+my $mirror_ids = join(',', map { "'$mirror{$_}'" } qw(m1 m3 m4));
+is($downstream->safe_psql('postgres', qq{SELECT string_agg(coalesce(payload::text, encode(payload_bytes, 'hex')), ' | '
+		ORDER BY message_id = '$mirror{m4}', payload::text) FROM inbox.entries WHERE message_id IN ($mirror_ids)}),
+	'{"n": 3} | {"q": "a \"quoted\" back\\\\slash"} | 00225c22ff', 'with their payloads intact');
+is($downstream->safe_psql('postgres', qq{SELECT count(DISTINCT xmin::text) FROM inbox.entries
+		WHERE message_id IN ('$mirror{m1}', '$mirror{m3}')}),
+	'1', 'the JSON ones received in one transaction');
+
+# Two payloads of 9 MB: more than one statement carries, so two
+# statements, each message intact
+$node->sql(q{
+	SELECT outbox_send('mirror', k, decode(repeat(md5(k), 9 * 1024 * 1024 / 16), 'hex'))
+	  FROM (VALUES ('m5'), ('m6')) AS v (k);
+});
+ok(run_relay_once("--target=$pg_target"), 'a relay delivers two large payloads');
+my $large = $node->sql(q{SELECT string_agg(id::text, ''',''') FROM inbox.outbox_messages WHERE key IN ('m5', 'm6')});
+is($downstream->safe_psql('postgres', qq{SELECT string_agg(md5(payload_bytes), ' ' ORDER BY md5(payload_bytes)),
+		count(DISTINCT xmin::text) FROM inbox.entries WHERE message_id IN ('$large')}),
+	join(' ', sort map { $node->sql("SELECT md5(decode(repeat(md5('$_'), 9 * 1024 * 1024 / 16), 'hex'))") } qw(m5 m6))
+	  . '|2', 'intact, in two statements');
+
 # --- a webhook slower than the relay's timeout ----------------------------------------
 # The relay gives up after --timeout, records the failure, and delivers
 # the message again after the route's backoff, under the same id
