@@ -234,6 +234,35 @@ SELECT x.seq_scan - s.seq_scan AS sequential_scans
   FROM pg_stat_xact_user_tables AS x, scans AS s
  WHERE x.relid = 'inbox.outbox_deliveries'::regclass;
 ROLLBACK;
+-- The relay's path keeps its plans: under force_generic_plan, with
+-- statistics that know 20,000 pending messages on 1,000 keys, fetches and
+-- their acknowledgements read the messages and deliveries by index only
+BEGIN;
+SELECT outbox_route('bulk', 'https://bulk.example/hook');
+SELECT count(*) AS sent FROM generate_series(1, 20) AS b,
+	   LATERAL outbox_send_many('bulk', ARRAY(SELECT 'b-' || k FROM generate_series(1, 1000) AS k),
+								ARRAY(SELECT '{}'::jsonb FROM generate_series(1, 1000)));
+ANALYZE inbox.outbox_messages, inbox.outbox_deliveries;
+SET LOCAL plan_cache_mode = force_generic_plan;
+CREATE TEMP TABLE relay_scans AS
+SELECT relid, seq_scan FROM pg_stat_xact_user_tables
+ WHERE relid IN ('inbox.outbox_messages'::regclass, 'inbox.outbox_deliveries'::regclass);
+CREATE FUNCTION pg_temp.relay_rounds(target text, rounds integer) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	delivered bigint := 0;
+BEGIN
+	FOR i IN 1 .. rounds LOOP
+		delivered := delivered + outbox_ack_many(ARRAY(SELECT f.receipt FROM outbox_fetch(target, 100, '1 minute') AS f));
+	END LOOP;
+	RETURN delivered;
+END
+$$;
+SELECT pg_temp.relay_rounds('https://bulk.example/hook', 8) AS delivered;
+SELECT x.relid::regclass AS "table", x.seq_scan - s.seq_scan AS sequential_scans
+  FROM pg_stat_xact_user_tables AS x JOIN relay_scans AS s USING (relid)
+ ORDER BY 1;
+ROLLBACK;
 -- Positions go on after a purge
 SELECT outbox_send('orders', 'o-1', '{"n": "later"}'::jsonb) AS later \gset
 SELECT position FROM inbox.outbox_messages WHERE id = :'later';
