@@ -9,7 +9,8 @@
  * file (a route never holds one).  Messages are persistent (delivery mode
  * 2), carry the outbox id as message_id, the content type, and the
  * message's headers plus outbox-topic, outbox-key and outbox-position as
- * AMQP headers.
+ * AMQP headers; with outbox_headers=false in the URL, the message's
+ * headers only (the broker then has fewer to decode and store).
  *
  * The channel is in confirm mode, and a message counts as delivered only
  * once the broker acknowledged it (basic.ack).  A batch (one message per
@@ -64,6 +65,7 @@ struct RelayTarget
 	amqp_connection_state_t conn;
 	char	   *exchange;
 	char	   *routing_key;	/* NULL: the message's key */
+	bool		outbox_headers; /* add outbox-topic, -key and -position */
 	uint64_t	published;		/* the channel's publish sequence */
 	OpenBatch  *open[RELAY_WINDOW]; /* oldest first */
 	int			nopen;
@@ -123,6 +125,20 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	if (t->exchange == NULL)
 		t->exchange = strdup("");
 	t->routing_key = relay_url_param(url, "routing_key");
+	{
+		char	   *flag = relay_url_param(url, "outbox_headers");
+
+		t->outbox_headers = flag == NULL || strcmp(flag, "true") == 0;
+		if (flag != NULL && !t->outbox_headers && strcmp(flag, "false") != 0)
+		{
+			snprintf(error, RELAY_ERROR_SIZE, "outbox_headers must be true or false, not \"%s\"", flag);
+			free(flag);
+			free(base);
+			amqp_target_close(t);
+			return NULL;
+		}
+		free(flag);
+	}
 
 	amqp_default_connection_info(&info);
 	if (amqp_parse_url(base, &info) != AMQP_STATUS_OK)
@@ -209,19 +225,22 @@ publish(RelayTarget *t, const RelayMessage *m)
 		entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
 		entries[i].value.value.bytes = amqp_cstring_bytes(m->header_values[i]);
 	}
-	entries[i].key = amqp_cstring_bytes("outbox-topic");
-	entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
-	entries[i++].value.value.bytes = amqp_cstring_bytes(m->topic);
-	entries[i].key = amqp_cstring_bytes("outbox-key");
-	entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
-	entries[i++].value.value.bytes = amqp_cstring_bytes(m->key);
-	entries[i].key = amqp_cstring_bytes("outbox-position");
-	entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
-	entries[i++].value.value.bytes = amqp_cstring_bytes(m->position);
+	if (t->outbox_headers)
+	{
+		entries[i].key = amqp_cstring_bytes("outbox-topic");
+		entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+		entries[i++].value.value.bytes = amqp_cstring_bytes(m->topic);
+		entries[i].key = amqp_cstring_bytes("outbox-key");
+		entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+		entries[i++].value.value.bytes = amqp_cstring_bytes(m->key);
+		entries[i].key = amqp_cstring_bytes("outbox-position");
+		entries[i].value.kind = AMQP_FIELD_KIND_UTF8;
+		entries[i++].value.value.bytes = amqp_cstring_bytes(m->position);
+	}
 
 	memset(&props, 0, sizeof(props));
 	props._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-		AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_HEADERS_FLAG;
+		AMQP_BASIC_MESSAGE_ID_FLAG | (i > 0 ? AMQP_BASIC_HEADERS_FLAG : 0);
 	props.content_type = amqp_cstring_bytes(m->binary ? "application/octet-stream" : "application/json");
 	props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
 	props.message_id = amqp_cstring_bytes(m->id);

@@ -336,6 +336,31 @@ is($downstream->safe_psql('postgres', qq{SELECT string_agg(md5(payload_bytes), '
 	join(' ', sort map { $node->sql("SELECT md5(decode(repeat(md5('$_'), 9 * 1024 * 1024 / 16), 'hex'))") } qw(m5 m6))
 	  . '|2', 'intact, in two statements');
 
+# --- RabbitMQ without the outbox's own headers --------------------------------------
+# outbox_headers=false: the message's headers only; a value other than
+# true or false keeps the target closed, and says why
+if ($have_rabbitmq)
+{
+	my $plain = "$amqp_target&outbox_headers=false";
+	my $unsure = "$amqp_target&outbox_headers=maybe";
+	$node->sql("SELECT outbox_route('plain', '$plain'); SELECT outbox_route('unsure', '$unsure')");
+	PostgreSQL::Test::Utils::append_to_file($secrets, "$plain guest\n$unsure guest\n");
+	my $id = $node->sql(q{SELECT outbox_send('plain', 'p1', '{"n": 1}'::jsonb, '{"trace": "t-9"}'::jsonb)});
+	$node->sql(q{SELECT outbox_send('unsure', 'p1', '{"n": 1}'::jsonb)});
+	pika('drain');
+	ok(run_relay_once("--target=$plain"), 'a relay delivers to a target with outbox_headers=false');
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$unsure", $conninfo ],
+		'>', \$out, '2>', \$err, IPC::Run::timeout(60));
+	like($err, qr/outbox_headers must be true or false, not "maybe"/,
+		'a target with outbox_headers=maybe is not opened, and the relay says why');
+	is($node->sql(q{SELECT d.state FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
+		WHERE m.topic = 'unsure'}), 'p', 'its message stays pending');
+	my @got = pika('drain');
+	is_deeply(\@got, ["$id None None 2 application/json t-9"],
+		'one message arrives, with its own headers and not the outbox\'s');
+}
+
 # --- a webhook slower than the relay's timeout ----------------------------------------
 # The relay gives up after --timeout, records the failure, and delivers
 # the message again after the route's backoff, under the same id
