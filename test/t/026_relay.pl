@@ -336,6 +336,42 @@ is($downstream->safe_psql('postgres', qq{SELECT string_agg(md5(payload_bytes), '
 	join(' ', sort map { $node->sql("SELECT md5(decode(repeat(md5('$_'), 9 * 1024 * 1024 / 16), 'hex'))") } qw(m5 m6))
 	  . '|2', 'intact, in two statements');
 
+# The other database restarts under a running relay: the batch sent on the
+# lost connection finds the target down, the relay opens it again, and the
+# messages arrive after their backoff
+$node->sql("SELECT outbox_route('later', '$pg_target', '{\"backoff\": \"1 second\"}')");
+$node->sql(q{SELECT outbox_send('later', 'l0', '{"n": 0}'::jsonb)});
+my $steady = start_relay('--wait=1', "--target=$pg_target");
+my $later_sent = sub {
+	return $node->sql(q{SELECT count(*) FILTER (WHERE d.state = 's') FROM inbox.outbox_deliveries AS d
+		JOIN inbox.outbox_messages AS m USING (id) WHERE m.topic = 'later'});
+};
+$done = 0;
+for (1 .. 600)
+{
+	$done = $later_sent->() eq '1' and last;
+	sleep 0.1;
+}
+ok($done, 'a running relay delivers to the other database');
+$downstream->restart;
+$node->sql(q{SELECT outbox_send('later', 'l' || i, jsonb_build_object('n', i)) FROM generate_series(1, 3) AS i});
+$done = 0;
+for (1 .. 600)
+{
+	$done = $later_sent->() eq '4' and last;
+	sleep 0.1;
+}
+ok($done, 'after the other database restarted, the relay delivers there again');
+like(slurp_file("$tmp/relay.log"), qr/scope=orders: the target is unreachable/,
+	'having found the target down on its lost connection');
+my $later_ids = $node->sql(q{SELECT string_agg(quote_literal(id::text), ',') FROM inbox.outbox_messages
+	WHERE topic = 'later'});
+is($downstream->safe_psql('postgres', qq{SELECT count(*) FROM inbox.entries WHERE message_id IN ($later_ids)}),
+	'4', 'each message there once');
+kill 'TERM', $steady;
+waitpid($steady, 0);
+@relays = grep { $_ != $steady } @relays;
+
 # --- RabbitMQ without the outbox's own headers --------------------------------------
 # outbox_headers=false: the message's headers only; a value other than
 # true or false keeps the target closed, and says why
