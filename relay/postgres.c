@@ -166,14 +166,21 @@ typedef struct Text
 	size_t		size;
 } Text;
 
+/* Make room for n more bytes and the terminating zero */
 static void
-text_add(Text *s, const char *p, size_t n)
+text_reserve(Text *s, size_t n)
 {
 	if (s->len + n + 1 > s->size)
 	{
 		s->size = (s->len + n + 1) * 2;
 		s->data = realloc(s->data, s->size);
 	}
+}
+
+static void
+text_add(Text *s, const char *p, size_t n)
+{
+	text_reserve(s, n);
 	memcpy(s->data + s->len, p, n);
 	s->len += n;
 	s->data[s->len] = '\0';
@@ -181,32 +188,40 @@ text_add(Text *s, const char *p, size_t n)
 
 /*
  * Add one element to an array literal: in double quotes, its quotes and
- * backslashes escaped; binary bytes as bytea's hex form.
+ * backslashes escaped; binary bytes as bytea's hex form.  Room for the
+ * longest form (every byte doubled) is made once.
  */
 static void
 text_add_element(Text *s, const char *p, size_t n, bool binary)
 {
 	static const char hex[] = "0123456789abcdef";
+	char	   *out;
 
-	text_add(s, s->len > 1 ? ",\"" : "\"", s->len > 1 ? 2 : 1);
+	text_reserve(s, 2 * n + 6);
+	out = s->data + s->len;
+	if (s->len > 1)
+		*out++ = ',';
+	*out++ = '"';
 	if (binary)
 	{
-		text_add(s, "\\\\x", 3);
+		memcpy(out, "\\\\x", 3);
+		out += 3;
 		for (size_t i = 0; i < n; i++)
 		{
-			char		b[2] = {hex[(unsigned char) p[i] >> 4], hex[(unsigned char) p[i] & 15]};
-
-			text_add(s, b, 2);
+			*out++ = hex[(unsigned char) p[i] >> 4];
+			*out++ = hex[(unsigned char) p[i] & 15];
 		}
 	}
 	else
 		for (size_t i = 0; i < n; i++)
 		{
 			if (p[i] == '"' || p[i] == '\\')
-				text_add(s, "\\", 1);
-			text_add(s, &p[i], 1);
+				*out++ = '\\';
+			*out++ = p[i];
 		}
-	text_add(s, "\"", 1);
+	*out++ = '"';
+	*out = '\0';
+	s->len = out - s->data;
 }
 
 /*
