@@ -1245,11 +1245,11 @@ $$;
  *	outbox_messages    one row per message, written once and never updated
  *	                   (Debezium's outbox event router can read it: id,
  *	                   topic as aggregatetype, key as aggregateid, payload)
- *	outbox_deliveries  one row per (message, target): its delivery state
+ *	outbox_deliveries  one row per (message, target) not yet delivered:
+ *	                   pending or dead, its attempts and lease
  *	outbox_routes      which targets each topic goes to
- *	outbox_sent        per (topic, target), how many delivered messages
- *	                   are kept: outbox_stats's count, so that it never
- *	                   reads the delivered rows
+ *	outbox_sent        per (topic, target), how many messages were
+ *	                   delivered: outbox_stats's counter
  *
  * Per-key order is commit order.  A send takes its message's position in
  * its key with an upsert of the key's row in outbox_keys (last = last + 1),
@@ -1275,9 +1275,9 @@ $$;
  * For a target, a key's head is its lowest pending position: outbox_fetch
  * hands out only heads, each under a lease (a receipt and lease_until),
  * so a key's next message waits until the previous one is acknowledged
- * (outbox_ack: 's', sent) or dead-lettered (outbox_fail after the last
- * attempt: 'x', dead).  A failing message blocks its key for that target
- * only.  Fetch walks the pending rows of its target key by key, through a
+ * (outbox_ack deletes the delivery: it is sent) or dead-lettered
+ * (outbox_fail after the last attempt: 'x', dead).  A failing message
+ * blocks its key for that target only.  Fetch walks the pending rows of its target key by key, through a
  * partial index that holds pending rows only: its cost follows what is
  * pending, not how many keys or messages ever existed.
  *
@@ -1288,8 +1288,13 @@ $$;
  * Wake-ups: a send notes its targets, and its commit wakes the relays
  * waiting in outbox_fetch on them (src/outbox.c, src/wakeup.c).
  *
+ * Leases write no index: a receipt carries the address of the version its
+ * lease wrote (src/outbox.c), and outbox_ack and outbox_fail find the row
+ * there, so the lease is a HOT update; the table's fillfactor leaves room
+ * for it on the row's page.
+ *
  * Retention: the purge (the worker and inbox_purge()) deletes messages
- * older than inbox.outbox_retention whose every delivery is sent, in
+ * older than inbox.outbox_retention that no delivery waits for, in
  * batches of inbox.purge_batch_size.  Pending and dead messages stay.
  *
  * Topics are reserved to roles as scopes are: outbox_send and
@@ -1344,6 +1349,22 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'inbox_outbox_set_cursor'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
+
+-- Receipts: the address of the lease's row version, and a seed kept in it
+CREATE FUNCTION inbox.outbox_receipt_seed(receipt uuid)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'inbox_outbox_receipt_seed'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION inbox.outbox_receipt(seed uuid, at tid)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'inbox_outbox_receipt'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+CREATE FUNCTION inbox.outbox_receipt_tid(receipt uuid)
+RETURNS tid
+AS 'MODULE_PATHNAME', 'inbox_outbox_receipt_tid'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 CREATE FUNCTION inbox.outbox_generation(target text)
 RETURNS bigint
@@ -1414,10 +1435,13 @@ REVOKE ALL ON TABLE inbox.outbox_messages FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_messages', '');
 
 /*
- * Delivery state, per (message, target).  state: 'p' pending, 's' sent,
- * 'x' dead.  due: when a pending message may next be fetched (its send,
- * or the end of its retry delay); receipt and lease_until: the lease of
- * the fetch that holds it; attempts: the fetches it had.
+ * Delivery state, per (message, target), until the target has the
+ * message: the acknowledgement deletes the row.  state: 'p' pending, 'x'
+ * dead.  due: when a pending message may next be fetched (its send, or
+ * the end of its retry delay); receipt and lease_until: the lease of the
+ * fetch that holds it (receipt is the lease's seed, see src/outbox.c);
+ * attempts: the fetches it had.  fillfactor: room on each page for the
+ * lease's new version of its rows, a HOT update.
  */
 CREATE TABLE inbox.outbox_deliveries (
 	id uuid NOT NULL,
@@ -1434,19 +1458,15 @@ CREATE TABLE inbox.outbox_deliveries (
 	last_error text,
 	finished_at timestamptz,
 	CONSTRAINT outbox_deliveries_pkey PRIMARY KEY (id, target)
-);
+) WITH (fillfactor = 70);
 
 COMMENT ON TABLE inbox.outbox_deliveries IS
-'per outbox message and target: pending, sent or dead, attempts and lease';
+'per outbox message and target not yet delivered: pending or dead, attempts and lease';
 
 -- The pending rows of a target, key by key in position order: what a
--- fetch walks.  Sent and dead rows stay out of it.
+-- fetch walks.  Dead rows stay out of it.
 CREATE INDEX outbox_deliveries_open ON inbox.outbox_deliveries (target, topic, key, position)
 	WHERE state OPERATOR(pg_catalog.=) 'p'::"char";
-
--- The lease that holds a delivery, for outbox_ack and outbox_fail
-CREATE INDEX outbox_deliveries_receipt ON inbox.outbox_deliveries (receipt)
-	WHERE receipt IS NOT NULL;
 
 -- Dead letters, in an index of their own
 CREATE INDEX outbox_deliveries_dead ON inbox.outbox_deliveries (target, finished_at)
@@ -1480,11 +1500,11 @@ REVOKE ALL ON TABLE inbox.outbox_routes FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_routes', '');
 
 /*
- * How many delivered messages of each (topic, target) the outbox holds:
- * acknowledgements add to it and the purge takes from it, in their own
- * transactions, so it is exact at every snapshot.  Senders never touch it
- * (it would order every send of a topic behind one row lock); the
- * pending and dead messages are counted from their partial indexes.
+ * How many messages each (topic, target) delivered: acknowledgements add
+ * to it in their own transactions, so it is exact at every snapshot, and
+ * outbox_unroute drops the route's row.  Senders never touch it (it would
+ * order every send of a topic behind one row lock); the pending and dead
+ * messages are counted from their partial indexes.
  */
 CREATE TABLE inbox.outbox_sent (
 	topic text COLLATE pg_catalog."C" NOT NULL,
@@ -1494,7 +1514,7 @@ CREATE TABLE inbox.outbox_sent (
 );
 
 COMMENT ON TABLE inbox.outbox_sent IS
-'per outbox topic and target, the delivered messages not yet purged: outbox_stats.sent';
+'per outbox topic and target, the messages delivered: outbox_stats.sent';
 
 REVOKE ALL ON TABLE inbox.outbox_sent FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_sent', '');
@@ -1787,11 +1807,12 @@ BEGIN
 		   FOR UPDATE SKIP LOCKED),
 	leased AS (
 		UPDATE inbox.outbox_deliveries AS d
-		   SET receipt = pg_catalog.gen_random_uuid(), lease_until = p_until,
-			   attempts = d.attempts OPERATOR(pg_catalog.+) 1
+		   SET receipt = inbox.outbox_receipt_seed(pg_catalog.gen_random_uuid()),
+			   lease_until = p_until, attempts = d.attempts OPERATOR(pg_catalog.+) 1
 		  FROM picked AS p
 		 WHERE d.ctid OPERATOR(pg_catalog.=) p.tid
-		RETURNING d.id, d.topic, d.key, d.position, d.attempts, d.receipt, d.lease_until)
+		RETURNING d.id, d.topic, d.key, d.position, d.attempts,
+				  inbox.outbox_receipt(d.receipt, d.ctid) AS receipt, d.lease_until)
 	SELECT l.id, l.topic, l.key, l.position, m.payload, m.payload_bytes, m.headers,
 		   m.created_at, l.attempts, l.receipt, l.lease_until
 	  FROM leased AS l
@@ -1830,8 +1851,8 @@ $$;
 
 /*
  * inbox.outbox_purge(batch) -> bigint: delete at most batch messages
- * older than inbox.outbox_retention whose every delivery is sent, with
- * their deliveries (src/outbox.c).  A message with a pending or dead
+ * older than inbox.outbox_retention that every route delivered: no
+ * delivery row is left (src/outbox.c).  A message with a pending or dead
  * delivery stays.  SKIP LOCKED: two purgers never wait for each other.
  */
 CREATE FUNCTION inbox.outbox_purge(p_batch integer)
@@ -1843,24 +1864,15 @@ AS $$
 		SELECT m.id FROM inbox.outbox_messages AS m
 		 WHERE m.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) inbox.outbox_retention())
 		   AND NOT EXISTS (SELECT FROM inbox.outbox_deliveries AS d
-							WHERE d.id OPERATOR(pg_catalog.=) m.id
-							  AND d.state OPERATOR(pg_catalog.<>) 's'::"char")
+							WHERE d.id OPERATOR(pg_catalog.=) m.id)
 		 ORDER BY m.created_at
 		 LIMIT p_batch
 		   FOR UPDATE SKIP LOCKED),
-	deliveries AS (
-		DELETE FROM inbox.outbox_deliveries AS d USING doomed
-		 WHERE d.id OPERATOR(pg_catalog.=) doomed.id
-		RETURNING d.topic, d.target),
 	messages AS (
 		DELETE FROM inbox.outbox_messages AS m USING doomed
 		 WHERE m.id OPERATOR(pg_catalog.=) doomed.id
-		RETURNING 1),
-	-- Every delivery of a doomed message was delivered: outbox_sent drops them
-	uncounted AS (
-		SELECT inbox.outbox_count_sent(pg_catalog.array_agg(ROW(x.topic, x.target, -1)::inbox.outbox_sent))
-		  FROM deliveries AS x)
-	SELECT (SELECT pg_catalog.count(*) FROM messages) FROM uncounted
+		RETURNING 1)
+	SELECT pg_catalog.count(*) FROM messages
 $$;
 
 /*
@@ -1978,7 +1990,9 @@ COMMENT ON FUNCTION @extschema@.outbox_ack(uuid) IS
 'mark a fetched outbox message delivered, by its receipt';
 
 -- Mark a batch of fetched messages delivered, by their receipts: how many
--- the receipts still held.  One statement for a relay's whole batch.
+-- the receipts still held.  One statement for a relay's whole batch: each
+-- receipt goes to its row's address and deletes the delivery there if
+-- the row holds the receipt's seed and is pending (see src/outbox.c).
 CREATE FUNCTION @extschema@.outbox_ack_many(receipts uuid[])
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1995,9 +2009,10 @@ BEGIN
 			USING ERRCODE = '22004', HINT = 'Pass the receipts outbox_fetch returned with the messages.';
 	END IF;
 	WITH acked AS (
-		UPDATE inbox.outbox_deliveries AS d
-		   SET state = 's', finished_at = pg_catalog.clock_timestamp(), receipt = NULL, lease_until = NULL
-		 WHERE d.receipt OPERATOR(pg_catalog.=) ANY (p_receipts)
+		DELETE FROM inbox.outbox_deliveries AS d
+		 USING pg_catalog.unnest(p_receipts) AS r(receipt)
+		 WHERE d.ctid OPERATOR(pg_catalog.=) inbox.outbox_receipt_tid(r.receipt)
+		   AND d.receipt OPERATOR(pg_catalog.=) inbox.outbox_receipt_seed(r.receipt)
 		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
 		RETURNING d.topic, d.target)
 	SELECT pg_catalog.array_agg(DISTINCT a.target), pg_catalog.count(*),
@@ -2050,7 +2065,8 @@ BEGIN
 				  HINT = 'Pass NULL for the route''s backoff, or 0 to retry at once.';
 	END IF;
 	SELECT x.* INTO d FROM inbox.outbox_deliveries AS x
-	 WHERE x.receipt OPERATOR(pg_catalog.=) p_receipt
+	 WHERE x.ctid OPERATOR(pg_catalog.=) inbox.outbox_receipt_tid(p_receipt)
+	   AND x.receipt OPERATOR(pg_catalog.=) inbox.outbox_receipt_seed(p_receipt)
 	   AND x.state OPERATOR(pg_catalog.=) 'p'::"char"
 	   FOR UPDATE;
 	IF NOT FOUND THEN
@@ -2152,8 +2168,8 @@ $$;
 
 /*
  * Removing a route stops deliveries to its target: the messages of the
- * topic not yet delivered there (pending or dead) are no longer for it.
- * What was sent stays, until the purge.
+ * topic not yet delivered there (pending or dead) are no longer for it,
+ * and its count of delivered messages goes.
  */
 CREATE FUNCTION inbox.outbox_unroute(topic text, target text)
 RETURNS void
@@ -2177,8 +2193,10 @@ BEGIN
 	END IF;
 	DELETE FROM inbox.outbox_deliveries AS d
 	 WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-	   AND d.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
-	   AND d.state OPERATOR(pg_catalog.<>) 's'::"char";
+	   AND d.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	DELETE FROM inbox.outbox_sent AS s
+	 WHERE s.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
+	   AND s.target OPERATOR(pg_catalog.=) p_target COLLATE "C";
 END
 $$;
 
@@ -2358,6 +2376,9 @@ REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_generation(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_receipt_seed(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_receipt(uuid, tid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_receipt_tid(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_cursor(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_set_cursor(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_sleep(text, bigint, timestamptz) FROM PUBLIC;

@@ -41,6 +41,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "storage/itemptr.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -65,6 +66,9 @@ PG_FUNCTION_INFO_V1(inbox_outbox_cursor);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_json);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_bytes);
 PG_FUNCTION_INFO_V1(inbox_outbox_set_cursor);
+PG_FUNCTION_INFO_V1(inbox_outbox_receipt_seed);
+PG_FUNCTION_INFO_V1(inbox_outbox_receipt);
+PG_FUNCTION_INFO_V1(inbox_outbox_receipt_tid);
 
 /* inbox.outbox_retention, in seconds */
 static int	outbox_retention = 7 * SECS_PER_DAY;
@@ -485,6 +489,71 @@ inbox_outbox_set_cursor(PG_FUNCTION_ARGS)
 	c->topic = MemoryContextStrdup(TopMemoryContext, text_to_cstring(PG_GETARG_TEXT_PP(1)));
 	c->key = MemoryContextStrdup(TopMemoryContext, text_to_cstring(PG_GETARG_TEXT_PP(2)));
 	PG_RETURN_VOID();
+}
+
+/* ------------------------------------------------------------------------
+ * Receipts
+ * ------------------------------------------------------------------------
+ */
+
+/*
+ * A receipt names its lease twice: bytes 0-5 hold the address (ctid) of
+ * the delivery's version that the lease wrote, the rest are random and
+ * stored in the row, with bytes 0-5 zero (the seed).  outbox_ack and
+ * outbox_fail go to the address and check the seed there: no index on
+ * the receipt is needed, so the lease changes no indexed column and is a
+ * HOT update.  A receipt whose address now holds another version, or
+ * another row (after VACUUM FULL), finds no seed of its own there and
+ * holds nothing, as if its lease had run out.
+ */
+#define RECEIPT_TID_BYTES 6
+
+/* inbox.outbox_receipt_seed(receipt uuid) -> uuid: bytes 0-5 zero */
+Datum
+inbox_outbox_receipt_seed(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *seed = palloc(sizeof(pg_uuid_t));
+
+	memcpy(seed, PG_GETARG_UUID_P(0), sizeof(pg_uuid_t));
+	memset(seed->data, 0, RECEIPT_TID_BYTES);
+	PG_RETURN_UUID_P(seed);
+}
+
+/* inbox.outbox_receipt(seed uuid, at tid) -> uuid: at in bytes 0-5 */
+Datum
+inbox_outbox_receipt(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *receipt = palloc(sizeof(pg_uuid_t));
+	ItemPointer at = (ItemPointer) PG_GETARG_POINTER(1);
+	BlockNumber block = ItemPointerGetBlockNumberNoCheck(at);
+	OffsetNumber offset = ItemPointerGetOffsetNumberNoCheck(at);
+
+	memcpy(receipt, PG_GETARG_UUID_P(0), sizeof(pg_uuid_t));
+	receipt->data[0] = (unsigned char) (block >> 24);
+	receipt->data[1] = (unsigned char) (block >> 16);
+	receipt->data[2] = (unsigned char) (block >> 8);
+	receipt->data[3] = (unsigned char) block;
+	receipt->data[4] = (unsigned char) (offset >> 8);
+	receipt->data[5] = (unsigned char) offset;
+	PG_RETURN_UUID_P(receipt);
+}
+
+/*
+ * inbox.outbox_receipt_tid(receipt uuid) -> tid: the address in bytes
+ * 0-5.  Any uuid gives some address; one that no lease made finds no row
+ * with its seed there.
+ */
+Datum
+inbox_outbox_receipt_tid(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *receipt = PG_GETARG_UUID_P(0);
+	ItemPointer at = palloc(sizeof(ItemPointerData));
+
+	ItemPointerSet(at,
+				   ((BlockNumber) receipt->data[0] << 24) | ((BlockNumber) receipt->data[1] << 16) |
+				   ((BlockNumber) receipt->data[2] << 8) | (BlockNumber) receipt->data[3],
+				   (OffsetNumber) ((receipt->data[4] << 8) | receipt->data[5]));
+	PG_RETURN_POINTER(at);
 }
 
 /* ------------------------------------------------------------------------

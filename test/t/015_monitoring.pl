@@ -297,7 +297,7 @@ is(value('inbox_database_scopes_counted', datname => 'postgres'), 5, 'postgres: 
 # the outbox
 my @route = (topic => 'orders', target => 'amqp://mq.example/v');
 is(value('inbox_outbox_pending', @route), 2, 'outbox: 2 pending (the failed one and the one in hand)');
-is(value('inbox_outbox_sent', @route), 1, 'outbox: 1 sent');
+is(value('inbox_outbox_sent_total', @route), 1, 'outbox: 1 sent');
 is(value('inbox_outbox_failed', @route), 1, 'outbox: 1 failed, waiting to retry');
 is(value('inbox_outbox_dead', @route), 0, 'outbox: no dead letter');
 my $outbox_age = value('inbox_outbox_oldest_pending_age_seconds', @route);

@@ -74,10 +74,11 @@ sub fetch_result
 }
 
 # The key's next message waits for the head's acknowledgement; the
-# acknowledgement, from another session, wakes the relay
+# acknowledgement, from another session, wakes the relay (the head's
+# receipt is made from its lease's seed and address, as the fetch made it)
 {
 	my $receipt = $node->sql(q{
-		SELECT receipt FROM inbox.outbox_deliveries WHERE key = 'k' AND position = 1});
+		SELECT inbox.outbox_receipt(receipt, ctid) FROM inbox.outbox_deliveries WHERE key = 'k' AND position = 1});
 	my ($s, $pid) = waiting_fetch('https://a.example/hook', 'ack');
 	my $started = time;
 	is($node->sql(qq{SELECT outbox_ack('$receipt')}), 't', 'ack: another session acknowledges the head');
