@@ -3584,8 +3584,9 @@ SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_messages', '');
  * dead.  due: when a pending message may next be fetched (its send, or
  * the end of its retry delay); receipt and lease_until: the lease of the
  * fetch that holds it (receipt is the lease's seed, see src/outbox.c);
- * attempts: the fetches it had.  fillfactor: room on each page for the
- * lease's new version of its rows, a HOT update.
+ * attempts: the fetches it had.  fillfactor: room on each page for a new
+ * version of every row on it, since rows sent together are leased
+ * together, each lease a HOT update.
  */
 CREATE TABLE inbox.outbox_deliveries (
 	id uuid NOT NULL,
@@ -3602,7 +3603,7 @@ CREATE TABLE inbox.outbox_deliveries (
 	last_error text,
 	finished_at timestamptz,
 	CONSTRAINT outbox_deliveries_pkey PRIMARY KEY (id, target)
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 50);
 
 COMMENT ON TABLE inbox.outbox_deliveries IS
 'per outbox message and target not yet delivered: pending or dead, attempts and lease';
