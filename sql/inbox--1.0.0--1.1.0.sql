@@ -1337,18 +1337,12 @@ AS 'MODULE_PATHNAME', 'inbox_outbox_wake'
 LANGUAGE C VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp;
 
--- Where this backend's last fetch for a target stopped (outbox_lease)
-CREATE FUNCTION inbox.outbox_cursor(target text, OUT topic text, OUT key text)
-RETURNS record
-AS 'MODULE_PATHNAME', 'inbox_outbox_cursor'
-LANGUAGE C VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp;
-
-CREATE FUNCTION inbox.outbox_set_cursor(target text, topic text, key text)
-RETURNS void
-AS 'MODULE_PATHNAME', 'inbox_outbox_set_cursor'
-LANGUAGE C VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp;
+-- The heads of a target's keys, walked on from where this backend's last
+-- fetch for the target stopped (outbox_lease)
+CREATE FUNCTION inbox.outbox_heads(target text, max integer, now timestamptz)
+RETURNS tid[]
+AS 'MODULE_PATHNAME', 'inbox_outbox_heads'
+LANGUAGE C VOLATILE STRICT;
 
 -- Receipts: the address of the lease's row version, and a seed kept in it
 CREATE FUNCTION inbox.outbox_receipt_seed(receipt uuid)
@@ -1715,15 +1709,15 @@ COMMENT ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) IS
 
 /*
  * inbox.outbox_lease(target, max, lease_until, now): lease up to max
- * heads of target's keys, due and unleased at now.  The heads come from a
- * skip scan of the open index, one probe per key, that starts after the
- * key where this backend's last fetch for the target stopped
- * (inbox.outbox_cursor) and wraps around: it stops once it has max heads,
- * so a fetch reads about as many keys as it leases, however many keys
- * are pending, and each key gets its turn.  The picked rows are locked
- * with SKIP LOCKED, and the lock re-checks them on their latest version:
- * a head another relay leased or acknowledged since this statement's
- * snapshot is passed over.
+ * heads of target's keys, due and unleased at now.  inbox.outbox_heads
+ * finds them (src/outbox.c): a walk of the open index, one probe per key,
+ * that starts after the key where this backend's last fetch for the
+ * target stopped and wraps around, and stops once it has max heads, so a
+ * fetch reads about as many keys as it leases, however many keys are
+ * pending, and each key gets its turn.  The picked rows are locked with
+ * SKIP LOCKED, and the lock re-checks them on their latest version: a
+ * head another relay leased or acknowledged since the walk's snapshot is
+ * passed over.
  *
  * Every step goes by the rows' addresses (ctid) from the walk, or by a
  * primary key probe per leased row: the plan is the same whatever the
@@ -1738,61 +1732,11 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-	c_topic text;
-	c_key text;
-	tids tid[];
-	last_topic text;
-	last_key text;
+	tids tid[] := inbox.outbox_heads(p_target, p_max, p_now);
 BEGIN
-	SELECT c.topic, c.key INTO c_topic, c_key FROM inbox.outbox_cursor(p_target) AS c;
-	-- One probe per key, from the cursor (the seed row, which is no head:
-	-- its due is NULL): the first pending row after the key before, or,
-	-- once past the last key, the first of all (wrapped); a wrapped walk
-	-- ends at the cursor.  In each probe, the second branch runs only when
-	-- the first finds nothing.
-	WITH RECURSIVE walk AS (
-		SELECT c_topic COLLATE "C" AS topic, c_key COLLATE "C" AS key, NULL::tid AS tid,
-			   NULL::timestamptz AS due, NULL::timestamptz AS lease_until, false AS wrapped,
-			   0 AS step
-		UNION ALL
-		SELECT n.* FROM walk AS h
-		 CROSS JOIN LATERAL (
-			SELECT f.* FROM (
-				(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, h.wrapped,
-						h.step OPERATOR(pg_catalog.+) 1
-				   FROM inbox.outbox_deliveries AS d
-				  WHERE d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-					AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-					AND (d.topic, d.key) OPERATOR(pg_catalog.>) (h.topic, h.key)
-				  ORDER BY d.topic, d.key, d.position
-				  LIMIT 1)
-				UNION ALL
-				(SELECT d.topic, d.key, d.ctid AS tid, d.due, d.lease_until, true,
-						h.step OPERATOR(pg_catalog.+) 1
-				   FROM inbox.outbox_deliveries AS d
-				  WHERE NOT h.wrapped
-					AND d.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
-					AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
-				  ORDER BY d.topic, d.key, d.position
-				  LIMIT 1)) AS f
-			 LIMIT 1) AS n
-		 WHERE NOT n.wrapped
-			OR (n.topic, n.key) OPERATOR(pg_catalog.<=) (c_topic COLLATE "C", c_key COLLATE "C")),
-	-- Read lazily, in walk order: the walk stops at the max-th due head
-	due_heads AS (
-		SELECT h.* FROM walk AS h
-		 WHERE h.due OPERATOR(pg_catalog.<=) p_now
-		   AND (h.lease_until IS NULL OR h.lease_until OPERATOR(pg_catalog.<=) p_now)
-		 LIMIT p_max)
-	SELECT pg_catalog.array_agg(h.tid ORDER BY h.step),
-		   (pg_catalog.array_agg(h.topic ORDER BY h.step DESC))[1],
-		   (pg_catalog.array_agg(h.key ORDER BY h.step DESC))[1]
-	  INTO tids, last_topic, last_key
-	  FROM due_heads AS h;
 	IF tids IS NULL THEN
 		RETURN;
 	END IF;
-	PERFORM inbox.outbox_set_cursor(p_target, last_topic, last_key);
 	-- A row updated since the walk's snapshot is either skipped (the
 	-- walk's version is dead to this statement's snapshot) or, when the
 	-- lock follows it to its latest version, checked again on that one.
@@ -2380,8 +2324,7 @@ REVOKE ALL ON FUNCTION inbox.outbox_generation(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_receipt_seed(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_receipt(uuid, tid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_receipt_tid(uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.outbox_cursor(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.outbox_set_cursor(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_heads(text, integer, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_sleep(text, bigint, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_write(text, text, jsonb, bytea, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_same(inbox.outbox_messages, text, text, jsonb, bytea, jsonb) FROM PUBLIC;

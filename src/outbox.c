@@ -3,13 +3,15 @@
  * outbox.c
  *	  The C half of the outbox (sql/inbox.sql, section 11): the setting
  *	  inbox.outbox_retention, time-ordered message ids, the checks of
- *	  topics, keys, payloads and targets, the wake-ups of waiting relays,
- *	  and the purge of sent messages.
+ *	  topics, keys, payloads and targets, the send's kept statement, the
+ *	  wake-ups of waiting relays, the fetch's walk of the keys' heads, the
+ *	  receipts, and the purge of sent messages.
  *
- * Sends, fetches, acknowledgements and failures are SQL: each is a few
- * index lookups and writes, and the order of a key rests on a row lock of
- * inbox.outbox_keys that the send holds to its commit (see the section's
- * banner).  What SQL cannot do is here.
+ * Fetches, acknowledgements and failures are SQL and PL/pgSQL: each is a
+ * few index lookups and writes, and the order of a key rests on a row
+ * lock of inbox.outbox_keys that the send holds to its commit (see the
+ * section's banner).  What SQL cannot do, or does at a cost the relay
+ * pays per message, is here.
  *
  *	- inbox.uuid_v7(): PostgreSQL 15 to 17 have no UUIDv7.  The ids are
  *	  time-ordered so that they index well; within a backend they also
@@ -22,6 +24,11 @@
  *	  target and a scope of the same name do not share a slot by design
  *	  (two names that share one by chance cost an empty fetch).  NOTIFY
  *	  would serialize every sending commit on one queue lock.
+ *	- The walk that finds a target's heads goes through the open index
+ *	  one key at a time, from a cursor kept in this backend: a recursive
+ *	  SQL statement paid the executor's machinery for every key.
+ *	- A receipt carries the address of its lease's row version, so that
+ *	  no index on receipts is needed and the lease is a HOT update.
  *	- The purge deletes sent messages older than inbox.outbox_retention,
  *	  a batch at a time, through the SQL function inbox.outbox_purge, in
  *	  the transactions of the purge worker and of inbox_purge().
@@ -33,20 +40,33 @@
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "utils/builtins.h"
+#include "parser/parse_relation.h"
 #include "storage/itemptr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
+#include "utils/varlena.h"
 
+#include "compat.h"
 #include "distributed.h"
 #include "inbox.h"
 #include "keys.h"
@@ -62,10 +82,9 @@ PG_FUNCTION_INFO_V1(inbox_outbox_generation);
 PG_FUNCTION_INFO_V1(inbox_outbox_sleep);
 PG_FUNCTION_INFO_V1(inbox_outbox_retention);
 PG_FUNCTION_INFO_V1(inbox_outbox_limits);
-PG_FUNCTION_INFO_V1(inbox_outbox_cursor);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_json);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_bytes);
-PG_FUNCTION_INFO_V1(inbox_outbox_set_cursor);
+PG_FUNCTION_INFO_V1(inbox_outbox_heads);
 PG_FUNCTION_INFO_V1(inbox_outbox_receipt_seed);
 PG_FUNCTION_INFO_V1(inbox_outbox_receipt);
 PG_FUNCTION_INFO_V1(inbox_outbox_receipt_tid);
@@ -408,13 +427,13 @@ inbox_outbox_send_bytes(PG_FUNCTION_ARGS)
 }
 
 /* ------------------------------------------------------------------------
- * Fetch cursors
+ * The fetch's walk
  * ------------------------------------------------------------------------
  */
 
 /*
  * Where this backend's last fetch for a target stopped: the next fetch
- * (inbox.outbox_lease) walks the target's keys on from there and wraps
+ * (inbox.outbox_heads) walks the target's keys on from there and wraps
  * around, so that it reads about as many keys as it leases, and every key
  * gets its turn.  Backend-local: a relay's session fetches for one target
  * or a few; the oldest cursor gives way when there are more.
@@ -440,55 +459,182 @@ find_cursor(const char *target)
 	return NULL;
 }
 
-/*
- * inbox.outbox_cursor(target text, OUT topic text, OUT key text): where
- * this backend's last fetch for target stopped; ('', '') before the first,
- * which sorts before every key (a topic is never empty).
- */
-Datum
-inbox_outbox_cursor(PG_FUNCTION_ARGS)
+/* Point c (a free slot, or the oldest target's) at target's (topic, key) */
+static void
+set_cursor(FetchCursor *c, const char *target, text *topic, text *key)
 {
-	TupleDesc	tupdesc;
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-	char	   *target = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	FetchCursor *c = find_cursor(target);
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "inbox.outbox_cursor() must return a record");
-	values[0] = CStringGetTextDatum(c ? c->topic : "");
-	values[1] = CStringGetTextDatum(c ? c->key : "");
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
-}
-
-/* inbox.outbox_set_cursor(target text, topic text, key text) */
-Datum
-inbox_outbox_set_cursor(PG_FUNCTION_ARGS)
-{
-	char	   *target = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	FetchCursor *c = find_cursor(target);
-
 	if (c == NULL)
 	{
-		/* A free slot, or the oldest target's */
 		c = &cursors[next_cursor];
 		next_cursor = (next_cursor + 1) % MAX_FETCH_CURSORS;
 		if (c->target != NULL)
-		{
 			pfree(c->target);
-			pfree(c->topic);
-			pfree(c->key);
-		}
 		c->target = MemoryContextStrdup(TopMemoryContext, target);
+		c->topic = NULL;
+		c->key = NULL;
 	}
-	else
-	{
+	if (c->topic != NULL)
 		pfree(c->topic);
+	if (c->key != NULL)
 		pfree(c->key);
+	c->topic = MemoryContextStrdup(TopMemoryContext, text_to_cstring(topic));
+	c->key = MemoryContextStrdup(TopMemoryContext, text_to_cstring(key));
+}
+
+/* a < b, a == b or a > b, as text in the C collation: -1, 0 or 1 */
+static int
+text_order(text *a, text *b)
+{
+	int			c = varstr_cmp(VARDATA_ANY(a), VARSIZE_ANY_EXHDR(a),
+							   VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b), C_COLLATION_OID);
+
+	return (c > 0) - (c < 0);
+}
+
+/*
+ * The walk's scans of the open index, (target, topic, key, position) over
+ * the pending rows: same_topic finds the first row of target after key
+ * within topic, next_topic the first of a later topic (or, with the
+ * empty topic that no key has, the first of all).
+ */
+typedef struct HeadScans
+{
+	IndexScanDesc same_topic;
+	IndexScanDesc next_topic;
+	TupleTableSlot *slot;
+	Datum		target;
+	AttrNumber	topic_att;		/* in the heap */
+	AttrNumber	key_att;
+	AttrNumber	due_att;
+	AttrNumber	lease_att;
+} HeadScans;
+
+/*
+ * The first pending row of the target after (topic, key), visible to the
+ * statement's snapshot, into hs->slot: the lowest position of that key,
+ * which is the key's head.  false when there is none.
+ */
+static bool
+next_head(HeadScans *hs, text *topic, text *key)
+{
+	ScanKeyData keys[3];
+
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, hs->target);
+	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(topic));
+	ScanKeyInit(&keys[2], 3, BTGreaterStrategyNumber, F_TEXT_GT, PointerGetDatum(key));
+	index_rescan(hs->same_topic, keys, 3, NULL, 0);
+	if (index_getnext_slot(hs->same_topic, ForwardScanDirection, hs->slot))
+		return true;
+	ScanKeyInit(&keys[1], 2, BTGreaterStrategyNumber, F_TEXT_GT, PointerGetDatum(topic));
+	index_rescan(hs->next_topic, keys, 2, NULL, 0);
+	return index_getnext_slot(hs->next_topic, ForwardScanDirection, hs->slot);
+}
+
+/*
+ * inbox.outbox_heads(target text, max integer, now timestamptz) -> tid[]:
+ * the addresses of up to max heads of target's keys that are due and
+ * unleased at now, in walk order; NULL when there are none.
+ *
+ * The walk goes key by key through the open index, one descent per key
+ * (two at a topic's end), starting after the key where this backend's
+ * last walk for the target stopped, and wrapping around after the last
+ * key up to that one: it reads about as many keys as it returns heads,
+ * however many keys are pending, and each key gets its turn.  The cursor
+ * moves to the last head returned.  Nothing is locked here: the caller
+ * locks the heads with SKIP LOCKED and checks them again on their latest
+ * versions (inbox.outbox_lease).
+ */
+Datum
+inbox_outbox_heads(PG_FUNCTION_ARGS)
+{
+	char	   *target = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int			max = PG_GETARG_INT32(1);
+	TimestampTz now = PG_GETARG_TIMESTAMPTZ(2);
+	FetchCursor *c = find_cursor(target);
+	text	   *start_topic = cstring_to_text(c ? c->topic : "");
+	text	   *start_key = cstring_to_text(c ? c->key : "");
+	text	   *topic = start_topic;
+	text	   *key = start_key;
+	text	   *last_topic = NULL;
+	text	   *last_key = NULL;
+	bool		wrapped = false;
+	Oid			indexid = inbox_relid("outbox_deliveries_open");
+	Relation	index;
+	Relation	heap;
+	HeadScans	hs;
+	ItemPointerData *tids;
+	Datum	   *elems;
+	int			n = 0;
+
+	if (!OidIsValid(indexid))
+		elog(ERROR, "index inbox.outbox_deliveries_open does not exist");
+	if (max < 1)
+		PG_RETURN_NULL();
+	index = index_open(indexid, AccessShareLock);
+	heap = table_open(index->rd_index->indrelid, AccessShareLock);
+	hs.target = PG_GETARG_DATUM(0);
+	hs.topic_att = index->rd_index->indkey.values[1];
+	hs.key_att = index->rd_index->indkey.values[2];
+	hs.due_att = attnameAttNum(heap, "due", false);
+	hs.lease_att = attnameAttNum(heap, "lease_until", false);
+	if (hs.due_att <= 0 || hs.lease_att <= 0)
+		elog(ERROR, "inbox.outbox_deliveries has no column due or lease_until");
+	hs.same_topic = inbox_index_beginscan(heap, index, GetActiveSnapshot(), 3);
+	hs.next_topic = inbox_index_beginscan(heap, index, GetActiveSnapshot(), 2);
+	hs.slot = table_slot_create(heap, NULL);
+	tids = palloc(sizeof(ItemPointerData) * max);
+
+	while (n < max)
+	{
+		bool		isnull;
+		Datum		due;
+		Datum		lease;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!next_head(&hs, topic, key))
+		{
+			/* Past the last key: once around, from the first */
+			if (wrapped)
+				break;
+			wrapped = true;
+			if (!next_head(&hs, cstring_to_text(""), cstring_to_text("")))
+				break;
+		}
+		topic = DatumGetTextPCopy(slot_getattr(hs.slot, hs.topic_att, &isnull));
+		key = DatumGetTextPCopy(slot_getattr(hs.slot, hs.key_att, &isnull));
+		/* A wrapped walk ends with the key it started after */
+		if (wrapped)
+		{
+			int			order = text_order(topic, start_topic);
+
+			if (order > 0 || (order == 0 && text_order(key, start_key) > 0))
+				break;
+		}
+		due = slot_getattr(hs.slot, hs.due_att, &isnull);
+		if (isnull || DatumGetTimestampTz(due) > now)
+			continue;
+		lease = slot_getattr(hs.slot, hs.lease_att, &isnull);
+		if (!isnull && DatumGetTimestampTz(lease) > now)
+			continue;
+		tids[n++] = hs.slot->tts_tid;
+		last_topic = topic;
+		last_key = key;
 	}
-	c->topic = MemoryContextStrdup(TopMemoryContext, text_to_cstring(PG_GETARG_TEXT_PP(1)));
-	c->key = MemoryContextStrdup(TopMemoryContext, text_to_cstring(PG_GETARG_TEXT_PP(2)));
-	PG_RETURN_VOID();
+
+	ExecDropSingleTupleTableSlot(hs.slot);
+	index_endscan(hs.same_topic);
+	index_endscan(hs.next_topic);
+	table_close(heap, NoLock);
+	index_close(index, NoLock);
+
+	if (n == 0)
+		PG_RETURN_NULL();
+	set_cursor(c, target, last_topic, last_key);
+	elems = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+		elems[i] = PointerGetDatum(&tids[i]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(elems, n, TIDOID, sizeof(ItemPointerData), false,
+										  TYPALIGN_SHORT));
 }
 
 /* ------------------------------------------------------------------------
