@@ -3661,20 +3661,24 @@ SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_sent', '');
 /*
  * Add each (topic, target, sent) of deltas to outbox_sent, in one order
  * (by topic and target), so that two callers never wait for each other's
- * rows in a circle.
+ * rows in a circle.  PL/pgSQL, so that the statement's plan is kept: a
+ * SQL function is planned again at every call, and each acknowledgement
+ * calls it.
  */
 CREATE FUNCTION inbox.outbox_count_sent(deltas inbox.outbox_sent[])
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
 	INSERT INTO inbox.outbox_sent AS s (topic, target, sent)
 	SELECT d.topic, d.target, pg_catalog.sum(d.sent)
 	  FROM pg_catalog.unnest(deltas) AS d
 	 GROUP BY d.topic, d.target
 	 ORDER BY d.topic, d.target
 	ON CONFLICT ON CONSTRAINT outbox_sent_pkey DO UPDATE
-	   SET sent = s.sent OPERATOR(pg_catalog.+) EXCLUDED.sent
+	   SET sent = s.sent OPERATOR(pg_catalog.+) EXCLUDED.sent;
+END
 $$;
 
 -- The implementations

@@ -492,14 +492,24 @@ text_order(text *a, text *b)
 }
 
 /*
+ * After a key's head, a walk reads on through that key's other entries
+ * in the index, at most this many, before it descends the index again to
+ * the next key: rows of one key are mostly on the page of its head, and
+ * stepping over them costs less than a descent, but a deep key would cost
+ * more.
+ */
+#define HEAD_WALK_STEPS 16
+
+/*
  * The walk's scans of the open index, (target, topic, key, position) over
- * the pending rows: same_topic finds the first row of target after key
- * within topic, next_topic the first of a later topic (or, with the
- * empty topic that no key has, the first of all).
+ * the pending rows: in_topic reads target's entries of one topic, after
+ * a key, in order; next_topic finds the first entry of a later topic (or,
+ * after the empty topic that no key has, the first of all).
  */
 typedef struct HeadScans
 {
-	IndexScanDesc same_topic;
+	IndexScanDesc in_topic;
+	text	   *scan_topic;		/* the topic in_topic reads; NULL: none */
 	IndexScanDesc next_topic;
 	TupleTableSlot *slot;
 	Datum		target;
@@ -509,24 +519,57 @@ typedef struct HeadScans
 	AttrNumber	lease_att;
 } HeadScans;
 
-/*
- * The first pending row of the target after (topic, key), visible to the
- * statement's snapshot, into hs->slot: the lowest position of that key,
- * which is the key's head.  false when there is none.
- */
-static bool
-next_head(HeadScans *hs, text *topic, text *key)
+/* in_topic reads topic's entries after key */
+static void
+descend(HeadScans *hs, text *topic, text *key)
 {
 	ScanKeyData keys[3];
 
 	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, hs->target);
 	ScanKeyInit(&keys[1], 2, BTEqualStrategyNumber, F_TEXTEQ, PointerGetDatum(topic));
 	ScanKeyInit(&keys[2], 3, BTGreaterStrategyNumber, F_TEXT_GT, PointerGetDatum(key));
-	index_rescan(hs->same_topic, keys, 3, NULL, 0);
-	if (index_getnext_slot(hs->same_topic, ForwardScanDirection, hs->slot))
-		return true;
+	index_rescan(hs->in_topic, keys, 3, NULL, 0);
+	hs->scan_topic = topic;
+}
+
+/*
+ * The head of the target's first key after (topic, key) that has a
+ * pending row visible to the statement's snapshot, into hs->slot: the
+ * key's lowest position, first in the index.  false when there is none.
+ * When in_topic last returned key's head, it reads on from there.
+ */
+static bool
+next_head(HeadScans *hs, text *topic, text *key)
+{
+	IndexScanDesc scan = hs->in_topic;
+	ScanKeyData keys[2];
+	int			steps = 0;
+
+	if (hs->scan_topic == NULL || text_order(hs->scan_topic, topic) != 0)
+		descend(hs, topic, key);
+	while (index_getnext_tid(scan, ForwardScanDirection) != NULL)
+	{
+		bool		isnull;
+		Datum		entry_key = index_getattr(scan->xs_itup, 3, scan->xs_itupdesc, &isnull);
+
+		if (text_order(DatumGetTextPP(entry_key), key) <= 0)
+		{
+			/* key's own rows, after its head: step over them, or descend */
+			scan->kill_prior_tuple = false;
+			if (++steps < HEAD_WALK_STEPS)
+				continue;
+			descend(hs, topic, key);
+			steps = 0;
+			continue;
+		}
+		/* A later key: its first row that is still there is its head */
+		if (index_fetch_heap(scan, hs->slot))
+			return true;
+	}
+	ScanKeyInit(&keys[0], 1, BTEqualStrategyNumber, F_TEXTEQ, hs->target);
 	ScanKeyInit(&keys[1], 2, BTGreaterStrategyNumber, F_TEXT_GT, PointerGetDatum(topic));
 	index_rescan(hs->next_topic, keys, 2, NULL, 0);
+	hs->scan_topic = NULL;
 	return index_getnext_slot(hs->next_topic, ForwardScanDirection, hs->slot);
 }
 
@@ -579,7 +622,9 @@ inbox_outbox_heads(PG_FUNCTION_ARGS)
 	hs.lease_att = attnameAttNum(heap, "lease_until", false);
 	if (hs.due_att <= 0 || hs.lease_att <= 0)
 		elog(ERROR, "inbox.outbox_deliveries has no column due or lease_until");
-	hs.same_topic = inbox_index_beginscan(heap, index, GetActiveSnapshot(), 3);
+	hs.in_topic = inbox_index_beginscan(heap, index, GetActiveSnapshot(), 3);
+	hs.in_topic->xs_want_itup = true;
+	hs.scan_topic = NULL;
 	hs.next_topic = inbox_index_beginscan(heap, index, GetActiveSnapshot(), 2);
 	hs.slot = table_slot_create(heap, NULL);
 	tids = palloc(sizeof(ItemPointerData) * max);
@@ -622,7 +667,7 @@ inbox_outbox_heads(PG_FUNCTION_ARGS)
 	}
 
 	ExecDropSingleTupleTableSlot(hs.slot);
-	index_endscan(hs.same_topic);
+	index_endscan(hs.in_topic);
 	index_endscan(hs.next_topic);
 	table_close(heap, NoLock);
 	index_close(index, NoLock);
