@@ -385,12 +385,25 @@ typedef struct Relay
  * the fetch and the acknowledgement run side by side.  A fetch that runs
  * before an acknowledgement commits finds that batch's keys still leased
  * and passes over them; they are fetchable once it commits.
+ *
+ * That connection commits without waiting for its commit to reach disk
+ * (synchronous_commit off): a key's next message is leased only by a
+ * fetch that saw the acknowledgement, and that fetch's own commit, which
+ * waits, writes the acknowledgement's commit to disk with it, since it
+ * comes first in the log.  So no message is delivered before the
+ * acknowledgement of its key's previous one is durable; one lost in a
+ * crash only makes its message delivered again, under the same id, as a
+ * relay that dies before acknowledging does.
  */
 static bool
 ack_connect(Relay *r)
 {
 	if (r->ack_conn == NULL)
+	{
 		r->ack_conn = connect_db();
+		if (r->ack_conn != NULL)
+			PQclear(PQexec(r->ack_conn, "SET synchronous_commit = off"));
+	}
 	return r->ack_conn != NULL;
 }
 
