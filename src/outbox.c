@@ -470,8 +470,6 @@ set_cursor(FetchCursor *c, const char *target, text *topic, text *key)
 		if (c->target != NULL)
 			pfree(c->target);
 		c->target = MemoryContextStrdup(TopMemoryContext, target);
-		c->topic = NULL;
-		c->key = NULL;
 	}
 	if (c->topic != NULL)
 		pfree(c->topic);
