@@ -385,25 +385,12 @@ typedef struct Relay
  * the fetch and the acknowledgement run side by side.  A fetch that runs
  * before an acknowledgement commits finds that batch's keys still leased
  * and passes over them; they are fetchable once it commits.
- *
- * That connection commits without waiting for its commit to reach disk
- * (synchronous_commit off): a key's next message is leased only by a
- * fetch that saw the acknowledgement, and that fetch's own commit, which
- * waits, writes the acknowledgement's commit to disk with it, since it
- * comes first in the log.  So no message is delivered before the
- * acknowledgement of its key's previous one is durable; one lost in a
- * crash only makes its message delivered again, under the same id, as a
- * relay that dies before acknowledging does.
  */
 static bool
 ack_connect(Relay *r)
 {
 	if (r->ack_conn == NULL)
-	{
 		r->ack_conn = connect_db();
-		if (r->ack_conn != NULL)
-			PQclear(PQexec(r->ack_conn, "SET synchronous_commit = off"));
-	}
 	return r->ack_conn != NULL;
 }
 
@@ -429,9 +416,9 @@ ack_collect(Relay *r)
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		{
 			ok = true;
-			if (atoi(PQgetvalue(res, 0, 0)) != r->acks_sent)
+			if (atoi(PQgetvalue(res, 0, 1)) != r->acks_sent)
 				relay_log("%d delivered message(s) had run out of lease: another relay delivers them "
-						  "again under the same id", r->acks_sent - atoi(PQgetvalue(res, 0, 0)));
+						  "again under the same id", r->acks_sent - atoi(PQgetvalue(res, 0, 1)));
 		}
 		else
 			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(r->ack_conn));
@@ -502,7 +489,21 @@ record_outcomes(Relay *r, Batch *b)
 	{
 		const char *params[1] = {receipts};
 
-		if (PQsendQueryParams(r->ack_conn, "SELECT outbox_ack_many($1::uuid[])", 1, NULL, params,
+		/*
+		 * The acknowledgement's transaction commits without waiting for the
+		 * disk (set_config's local form: for this transaction only, so that
+		 * behind a pooler it reaches no other session).  A key's next
+		 * message is leased only by a fetch that saw the acknowledgement,
+		 * and outbox_fetch's commit waits for the disk, which writes the
+		 * acknowledgement's commit there first, since it comes first in the
+		 * log: no message leaves before its key's previous acknowledgement
+		 * is durable.  One lost in a crash only makes its message delivered
+		 * again, under the same id, as when a relay dies before it
+		 * acknowledges.
+		 */
+		if (PQsendQueryParams(r->ack_conn,
+							  "SELECT pg_catalog.set_config('synchronous_commit', 'off', true), "
+							  "outbox_ack_many($1::uuid[])", 1, NULL, params,
 							  NULL, NULL, 0) == 1)
 			r->acks_sent = delivered;
 		else

@@ -4042,6 +4042,14 @@ BEGIN
 		t := pg_catalog.clock_timestamp();
 		RETURN QUERY SELECT * FROM inbox.outbox_lease(p_target, p_max, t OPERATOR(pg_catalog.+) lease_span, t);
 		IF FOUND THEN
+			-- The commit of a fetch that leased waits for the disk, even
+			-- where synchronous_commit is off: a relay may acknowledge
+			-- without waiting (inbox-relay does), and this commit writes to
+			-- disk the acknowledgements this fetch saw, before the keys'
+			-- next messages can leave.
+			IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off' THEN
+				PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
+			END IF;
 			RETURN;
 		END IF;
 		IF NOT inbox.outbox_target_known(p_target) THEN

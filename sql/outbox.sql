@@ -310,6 +310,21 @@ UPDATE inbox.outbox_deliveries SET lease_until = now() - interval '1 second'
 SELECT (SELECT count(*) FROM outbox_fetch('https://moved.example/hook', 10, '1 minute'))
 	   = (SELECT count(*) FROM after_full WHERE NOT acked) AS fetched_again;
 SELECT outbox_unroute('moved', 'https://moved.example/hook');
+-- The commit of a fetch that leased waits for the disk even where
+-- synchronous_commit is off: it writes there the acknowledgements the
+-- fetch saw (which a relay may commit without waiting) before the keys'
+-- next messages leave.  A fetch that finds nothing leaves the setting.
+SELECT outbox_route('durable', 'https://durable.example/hook');
+BEGIN;
+SET LOCAL synchronous_commit = off;
+SELECT count(*) AS leased FROM outbox_fetch('https://durable.example/hook', 10, '1 minute');
+SELECT current_setting('synchronous_commit') AS after_nothing;
+SELECT cardinality(outbox_send_many('durable', ARRAY['d-1'], array_fill('{}'::jsonb, ARRAY[1]))) AS sent;
+SELECT count(*) AS leased FROM outbox_fetch('https://durable.example/hook', 10, '1 minute');
+SELECT current_setting('synchronous_commit') AS after_lease;
+COMMIT;
+SELECT current_setting('synchronous_commit') AS after_commit;
+SELECT outbox_unroute('durable', 'https://durable.example/hook');
 
 -- Positions go on after a purge
 SELECT outbox_send('orders', 'o-1', '{"n": "later"}'::jsonb) AS later \gset

@@ -599,7 +599,8 @@ inbox_outbox_heads(PG_FUNCTION_ARGS)
 	text	   *last_topic = NULL;
 	text	   *last_key = NULL;
 	bool		wrapped = false;
-	Oid			indexid = inbox_relid("outbox_deliveries_open");
+	Oid			heapid = inbox_relid("outbox_deliveries");
+	Oid			indexid;
 	Relation	index;
 	Relation	heap;
 	HeadScans	hs;
@@ -607,12 +608,16 @@ inbox_outbox_heads(PG_FUNCTION_ARGS)
 	Datum	   *elems;
 	int			n = 0;
 
-	if (!OidIsValid(indexid))
-		elog(ERROR, "index inbox.outbox_deliveries_open does not exist");
 	if (max < 1)
 		PG_RETURN_NULL();
+	if (!OidIsValid(heapid))
+		elog(ERROR, "table inbox.outbox_deliveries does not exist");
+	/* The table first, then its index, in the order the executor locks them */
+	heap = table_open(heapid, AccessShareLock);
+	indexid = inbox_relid("outbox_deliveries_open");
+	if (!OidIsValid(indexid))
+		elog(ERROR, "index inbox.outbox_deliveries_open does not exist");
 	index = index_open(indexid, AccessShareLock);
-	heap = table_open(index->rd_index->indrelid, AccessShareLock);
 	hs.target = PG_GETARG_DATUM(0);
 	hs.topic_att = index->rd_index->indkey.values[1];
 	hs.key_att = index->rd_index->indkey.values[2];

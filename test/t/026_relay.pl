@@ -444,6 +444,10 @@ for (1 .. 300)
 }
 ok($waited == $running && $? == 0, 'SIGTERM stops it, with status 0');
 @relays = grep { $_ != $running } @relays;
+# Every acknowledgement of the running relays still held its lease: the
+# relay compares outbox_ack_many's count with what it acknowledged
+unlike(slurp_file("$tmp/relay.log"), qr/had run out of lease/,
+	'no acknowledgement of a running relay found its message leased again');
 
 # --- refusals ---------------------------------------------------------------------------
 my ($out, $err) = ('', '');
