@@ -3421,9 +3421,10 @@ REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
  * so a key's next message waits until the previous one is acknowledged
  * (outbox_ack deletes the delivery: it is sent) or dead-lettered
  * (outbox_fail after the last attempt: 'x', dead).  A failing message
- * blocks its key for that target only.  Fetch walks the pending rows of its target key by key, through a
- * partial index that holds pending rows only: its cost follows what is
- * pending, not how many keys or messages ever existed.
+ * blocks its key for that target only.  Fetch walks the pending rows of
+ * its target key by key, through a partial index that holds pending rows
+ * only: its cost follows what is pending, not how many keys or messages
+ * ever existed.
  *
  * Two relays never hold one message at once: a fetch locks each head it
  * picks (FOR UPDATE SKIP LOCKED) and re-checks, on the row's latest

@@ -25,8 +25,8 @@
  *	  (two names that share one by chance cost an empty fetch).  NOTIFY
  *	  would serialize every sending commit on one queue lock.
  *	- The walk that finds a target's heads goes through the open index
- *	  one key at a time, from a cursor kept in this backend: a recursive
- *	  SQL statement paid the executor's machinery for every key.
+ *	  one key at a time, from a cursor kept in this backend: each key
+ *	  costs an index step, not a statement's executor nodes.
  *	- A receipt carries the address of its lease's row version, so that
  *	  no index on receipts is needed and the lease is a HOT update.
  *	- The purge deletes sent messages older than inbox.outbox_retention,
@@ -552,8 +552,10 @@ next_head(HeadScans *hs, text *topic, text *key)
 
 		if (text_order(DatumGetTextPP(entry_key), key) <= 0)
 		{
-			/* key's own rows, after its head: step over them, or descend */
-			scan->kill_prior_tuple = false;
+			/*
+			 * key's own rows, after its head: step over them (no heap fetch,
+			 * so nothing is marked dead), or descend
+			 */
 			if (++steps < HEAD_WALK_STEPS)
 				continue;
 			descend(hs, topic, key);
