@@ -7,10 +7,12 @@
  * The exchange defaults to the default exchange (""), the routing key to
  * the message's key.  The password is the target's line of the secrets
  * file (a route never holds one).  Messages are persistent (delivery mode
- * 2), carry the outbox id as message_id, the content type, and the
- * message's headers plus outbox-topic, outbox-key and outbox-position as
- * AMQP headers; with outbox_headers=false in the URL, the message's
- * headers only (the broker then has fewer to decode and store).
+ * 2), carry the outbox id as message_id (what the next consumer's claim
+ * needs), the content type, and the message's headers as AMQP headers.
+ * With outbox_headers=true in the URL they also carry outbox-topic,
+ * outbox-key and outbox-position, for consumers that check a key's order;
+ * off by default, since the broker decodes and stores every header of
+ * every message.
  *
  * The channel is in confirm mode, and a message counts as delivered only
  * once the broker acknowledged it (basic.ack).  A batch (one message per
@@ -128,7 +130,7 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	{
 		char	   *flag = relay_url_param(url, "outbox_headers");
 
-		t->outbox_headers = flag == NULL || strcmp(flag, "true") == 0;
+		t->outbox_headers = flag != NULL && strcmp(flag, "true") == 0;
 		if (flag != NULL && !t->outbox_headers && strcmp(flag, "false") != 0)
 		{
 			snprintf(error, RELAY_ERROR_SIZE, "outbox_headers must be true or false, not \"%s\"", flag);

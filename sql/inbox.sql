@@ -4352,8 +4352,14 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.outbox_unroute(text, text) IS
 'stop delivering a topic to a target; its undelivered messages are no longer for it';
 
--- Put a dead message back: each of its dead deliveries is pending again,
--- as its key's head for its target
+/*
+ * Put a dead message back: each of its dead deliveries is pending again,
+ * at a new position, the key's next, taken as a send takes one.  So it is
+ * delivered after the messages of its key committed before the requeue,
+ * and never while one of them is in flight: a key has one message in
+ * flight per target, and the positions a target receives in a key only
+ * grow.
+ */
 CREATE FUNCTION @extschema@.outbox_requeue(id uuid)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -4361,13 +4367,27 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	p_id uuid := outbox_requeue.id;
+	p_topic text;
+	p_key text;
+	pos bigint;
 	n integer;
 BEGIN
-	PERFORM inbox.outbox_wake(d.target) FROM inbox.outbox_deliveries AS d
-	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
-	UPDATE inbox.outbox_deliveries AS d
-	   SET state = 'p', attempts = 0, due = pg_catalog.clock_timestamp(), finished_at = NULL
-	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
+	SELECT d.topic, d.key INTO p_topic, p_key FROM inbox.outbox_deliveries AS d
+	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char"
+	 LIMIT 1;
+	IF FOUND THEN
+		-- The key's next position, taken under its row as a send takes one
+		UPDATE inbox.outbox_keys AS k SET last = k.last OPERATOR(pg_catalog.+) 1
+		 WHERE k.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
+		   AND k.key OPERATOR(pg_catalog.=) p_key COLLATE "C"
+		RETURNING k.last INTO pos;
+		PERFORM inbox.outbox_wake(d.target) FROM inbox.outbox_deliveries AS d
+		 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
+		UPDATE inbox.outbox_deliveries AS d
+		   SET state = 'p', attempts = 0, due = pg_catalog.clock_timestamp(), finished_at = NULL,
+			   position = coalesce(pos, d.position)
+		 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
+	END IF;
 	GET DIAGNOSTICS n = ROW_COUNT;
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RAISE EXCEPTION 'outbox message % is not a dead letter', coalesce(p_id::text, 'NULL')
@@ -4379,7 +4399,7 @@ END
 $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_requeue(uuid) IS
-'put a dead outbox message back, as its key''s next message for each target it died for';
+'put a dead outbox message back, at the end of its key, for each target it died for';
 
 -- The views, read as the extension's owner through these functions; they
 -- show the topics the role querying may act on (inbox.scope_visible)

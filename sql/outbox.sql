@@ -148,7 +148,7 @@ SELECT key, position, target, attempts, last_error FROM outbox_dead_letters;
 SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
 SELECT topic, target, pending, oldest_pending_age IS NOT NULL AS aged, sent, failed, dead
   FROM outbox_stats ORDER BY 1, 2;
--- Requeue: the dead message is its key's head again
+-- Requeue: the dead message comes back, at the end of its key
 SELECT outbox_requeue(id) FROM outbox_dead_letters;
 SELECT regress.try_id($$SELECT outbox_requeue('00000000-0000-7000-8000-000000000009')$$);
 SELECT count(*) AS dead FROM outbox_dead_letters;
@@ -156,6 +156,29 @@ SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT * FROM regress.sent_disagrees();
+
+-- A requeued message goes to the end of its key, at a new position: it
+-- waits for the key's message in flight, and comes after it
+SELECT outbox_route('requeue', 'https://hooks.example/requeue', '{"max_attempts": 1}');
+SELECT count(outbox_send('requeue', 'r', jsonb_build_object('n', n))) FROM generate_series(1, 3) AS n;
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_fail(receipt, 'HTTP 410') FROM regress.fetched;
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+CREATE TABLE regress.in_flight AS SELECT * FROM regress.fetched;
+SELECT outbox_requeue(id) FROM outbox_dead_letters WHERE topic = 'requeue';
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_ack(receipt) FROM regress.in_flight;
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+SELECT last FROM inbox.outbox_keys WHERE topic = 'requeue';
+-- The message keeps its send's position; the next send takes the one after
+SELECT position FROM inbox.outbox_messages WHERE topic = 'requeue' AND payload = '{"n": 1}';
+SELECT count(outbox_send('requeue', 'r', '{"n": 4}'::jsonb)) FROM (VALUES (1)) AS v;
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
+SELECT outbox_unroute('requeue', 'https://hooks.example/requeue');
 
 -- Relay input checks
 SELECT regress.try($$SELECT * FROM outbox_fetch('https://nowhere.example', 1, '1 minute')$$);

@@ -7,7 +7,9 @@ order the relay published them, which is their commit order.  For each:
 BEGIN; inbox_claim(SCOPE, the AMQP message_id, which is the outbox id);
 if it is the first claim, INSERT the notice; COMMIT; then ack.  A notice
 the relay published twice (it died before its acknowledgement) carries the
-same id the second time, and the claim makes it a duplicate.
+same id the second time, and the claim makes it a duplicate.  The route's
+target has outbox_headers=true, so each notice also carries its key and
+position (outbox-key, outbox-position), which are recorded with it.
 """
 
 import json

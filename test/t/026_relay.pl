@@ -111,7 +111,8 @@ if ($have_rabbitmq)
 	($amqp_port, $broker_pgid, $up) = InboxTest::start_rabbitmq("$tmp/rabbitmq");
 	ok($up, 'RabbitMQ listens on loopback')
 	  or BAIL_OUT('RabbitMQ did not start: ' . slurp_file("$tmp/rabbitmq/server.log"));
-	$amqp_target = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test";
+	# With the outbox's own headers, which the checks below read
+	$amqp_target = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test&outbox_headers=true";
 }
 else
 {
@@ -374,18 +375,22 @@ waitpid($steady, 0);
 @relays = grep { $_ != $steady } @relays;
 
 # --- RabbitMQ without the outbox's own headers --------------------------------------
-# outbox_headers=false: the message's headers only; a value other than
-# true or false keeps the target closed, and says why
+# By default, and with outbox_headers=false, the message's headers only;
+# a value other than true or false keeps the target closed, and says why
 if ($have_rabbitmq)
 {
-	my $plain = "$amqp_target&outbox_headers=false";
-	my $unsure = "$amqp_target&outbox_headers=maybe";
-	$node->sql("SELECT outbox_route('plain', '$plain'); SELECT outbox_route('unsure', '$unsure')");
-	PostgreSQL::Test::Utils::append_to_file($secrets, "$plain guest\n$unsure guest\n");
+	my $base = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test";
+	my $lean = "$base&outbox_headers=false";
+	my $unsure = "$base&outbox_headers=maybe";
+	$node->sql("SELECT outbox_route('plain', '$base'); SELECT outbox_route('lean', '$lean');"
+		  . " SELECT outbox_route('unsure', '$unsure')");
+	PostgreSQL::Test::Utils::append_to_file($secrets, "$base guest\n$lean guest\n$unsure guest\n");
 	my $id = $node->sql(q{SELECT outbox_send('plain', 'p1', '{"n": 1}'::jsonb, '{"trace": "t-9"}'::jsonb)});
+	my $lean_id = $node->sql(q{SELECT outbox_send('lean', 'p1', '{"n": 1}'::jsonb, '{"trace": "t-8"}'::jsonb)});
 	$node->sql(q{SELECT outbox_send('unsure', 'p1', '{"n": 1}'::jsonb)});
 	pika('drain');
-	ok(run_relay_once("--target=$plain"), 'a relay delivers to a target with outbox_headers=false');
+	ok(run_relay_once("--target=$base"), 'a relay delivers to a target that does not name outbox_headers');
+	ok(run_relay_once("--target=$lean"), 'a relay delivers to a target with outbox_headers=false');
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$unsure", $conninfo ],
 		'>', \$out, '2>', \$err, IPC::Run::timeout(60));
@@ -394,8 +399,8 @@ if ($have_rabbitmq)
 	is($node->sql(q{SELECT d.state FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
 		WHERE m.topic = 'unsure'}), 'p', 'its message stays pending');
 	my @got = pika('drain');
-	is_deeply(\@got, ["$id None None 2 application/json t-9"],
-		'one message arrives, with its own headers and not the outbox\'s');
+	is_deeply(\@got, [ "$id None None 2 application/json t-9", "$lean_id None None 2 application/json t-8" ],
+		'each message arrives with its own headers and not the outbox\'s, by default as with false');
 }
 
 # --- a webhook slower than the relay's timeout ----------------------------------------

@@ -48,7 +48,8 @@ my $amqp_url = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
 
 $node->sql(slurp_file("$examples/schema.sql"));
 $node->sql(q{CREATE ROLE relay_user LOGIN; SELECT inbox_grant_bundle('relay_user', 'relay')});
-my $target = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=notices";
+# The last consumer checks each key's order: the outbox's headers carry it
+my $target = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=notices&outbox_headers=true";
 $node->sql(qq{SELECT outbox_route('invoice-booked', '$target',
 	'{"backoff": "0.2 seconds", "max_backoff": "2 seconds", "max_attempts": 1000}')});
 my $secrets = "$tmp/secrets";

@@ -47,6 +47,11 @@ installed_is_current()
 	for f in "$top"/sql/inbox--*.sql; do
 		cmp -s "$f" "$share/$(basename "$f")" || return 1
 	done
+	# The relay, where it was built: the tests run the installed one
+	if [ -x "$top/relay/inbox-relay" ]; then
+		cmp -s "$top/relay/inbox-relay" "$("$PG_CONFIG" --bindir)/inbox-relay" || return 1
+	fi
+	return 0
 }
 
 if installed_is_current; then
