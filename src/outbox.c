@@ -491,12 +491,13 @@ text_order(text *a, text *b)
 
 /*
  * After a key's head, a walk reads on through that key's other entries
- * in the index, at most this many, before it descends the index again to
- * the next key: rows of one key are mostly on the page of its head, and
- * stepping over them costs less than a descent, but a deep key would cost
- * more.
+ * in the index, at most this many (about a leaf page of them), before it
+ * descends the index again to the next key.  A step within the leaf page
+ * in hand costs next to nothing, while a descent reads a leaf page anew
+ * and tests the scan keys on each of its entries after the start; but
+ * stepping through a deep key would read page after page.
  */
-#define HEAD_WALK_STEPS 16
+#define HEAD_WALK_STEPS 64
 
 /*
  * The walk's scans of the open index, (target, topic, key, position) over
