@@ -113,6 +113,30 @@ amqp_target_close(RelayTarget *t)
 	free(t);
 }
 
+/*
+ * The URL's parameter name as a flag, true or false, *value; absent, the
+ * default.  false, with the reason in error, for any other value.
+ */
+static bool
+url_flag(const char *url, const char *name, bool absent, bool *value, char *error)
+{
+	char	   *flag = relay_url_param(url, name);
+	bool		ok = true;
+
+	*value = absent;
+	if (flag != NULL && strcmp(flag, "true") == 0)
+		*value = true;
+	else if (flag != NULL && strcmp(flag, "false") == 0)
+		*value = false;
+	else if (flag != NULL)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "%s must be true or false, not \"%s\"", name, flag);
+		ok = false;
+	}
+	free(flag);
+	return ok;
+}
+
 static RelayTarget *
 amqp_target_open(const char *url, const char *secret, char *error)
 {
@@ -127,19 +151,11 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	if (t->exchange == NULL)
 		t->exchange = strdup("");
 	t->routing_key = relay_url_param(url, "routing_key");
+	if (!url_flag(url, "outbox_headers", false, &t->outbox_headers, error))
 	{
-		char	   *flag = relay_url_param(url, "outbox_headers");
-
-		t->outbox_headers = flag != NULL && strcmp(flag, "true") == 0;
-		if (flag != NULL && !t->outbox_headers && strcmp(flag, "false") != 0)
-		{
-			snprintf(error, RELAY_ERROR_SIZE, "outbox_headers must be true or false, not \"%s\"", flag);
-			free(flag);
-			free(base);
-			amqp_target_close(t);
-			return NULL;
-		}
-		free(flag);
+		free(base);
+		amqp_target_close(t);
+		return NULL;
 	}
 
 	amqp_default_connection_info(&info);

@@ -7,7 +7,8 @@
 #	  by "inbox-relay --once" against the same number drained by a
 #	  hand-written relay (hand_relay.c: SELECT ... FOR UPDATE SKIP LOCKED
 #	  LIMIT 100, publish with confirms, DELETE), one process each, the
-#	  sides alternating; messages per second, medians.  Target: inbox-relay
+#	  sides in varying orders; messages per second and the machine's CPU
+#	  per message, medians.  Target: inbox-relay
 #	  >= 1.0 x the hand-written relay.  A third side, "ordered", is the same
 #	  hand-written relay keeping inbox-relay's order per key (hand_relay.c
 #	  ordered: only each key's oldest message in a batch), for the record,
@@ -31,7 +32,7 @@
 #-------------------------------------------------------------------------
 
 rl_messages=${BENCH_RELAY_MESSAGES:-20000}
-rl_rounds=${BENCH_RELAY_ROUNDS:-3}
+rl_rounds=${BENCH_RELAY_ROUNDS:-8}
 rl_rate=${BENCH_RELAY_RATE:-1000}
 rl_latency_seconds=${BENCH_RELAY_LATENCY_SECONDS:-15}
 rl_bin="$(dirname "$(command -v postgres)")/inbox-relay"
@@ -178,11 +179,22 @@ rl_delivered()
 	fi
 }
 
-# rl_drain SIDE: drain it; prints messages per second
+# rl_busy: the machine's busy CPU ticks so far (every process: the
+# cluster, the broker and the relay), nothing without /proc
+rl_busy()
+{
+	[ "$clk_tck" -gt 0 ] && [ -r /proc/stat ] && awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat
+	return 0
+}
+
+# rl_drain SIDE: drain it; prints messages per second and the machine's
+# CPU per message in µs (n/a without /proc), which the machine's noise
+# disturbs much less than the rate
 rl_drain()
 {
-	local t0 t1 before got
+	local t0 t1 before got b0 b1
 	before=$([ "$1" = pg ] && rl_delivered pg || echo 0)
+	b0=$(rl_busy)
 	t0=$(date +%s.%N)
 	if [ -n "${rl_topic[$1]:-}" ]; then
 		"$rl_bin" --once --batch=100 --secrets="$work/relay.secrets" --target="${rl_to[$1]}" \
@@ -192,14 +204,16 @@ rl_drain()
 			$([ "$1" = ordered ] && echo ordered) >/dev/null || fail "hand_relay failed"
 	fi
 	t1=$(date +%s.%N)
+	b1=$(rl_busy)
 	got=$(($(rl_delivered "$1") - before))
 	[ "$got" = "$rl_messages" ] || fail "the $1 relay delivered $got messages, not $rl_messages"
-	awk -v n="$rl_messages" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }'
+	awk -v n="$rl_messages" -v a="$t0" -v b="$t1" -v c0="$b0" -v c1="$b1" -v hz="$clk_tck" \
+		'BEGIN { printf "%.0f ", n / (b - a); if (c0 == "" || c1 == "") print "n/a"; else printf "%.1f\n", (c1 - c0) * 1000000 / hz / n }'
 }
 
-echo "- throughput: $rl_messages messages on 1,000 keys per run, one relay process, batches of 100, one uncounted drain of each side, then $rl_rounds round(s) rotating the order, medians"
+echo "- throughput: $rl_messages messages on 1,000 keys per run, one relay process, batches of 100, one uncounted drain of each side, then $rl_rounds round(s) in orders that vary (each side after each other), medians"
 echo
-declare -A rl_rates=()
+declare -A rl_rates=() rl_cpus=()
 rl_sides=(inbox hand ordered headers)
 # One uncounted drain of each side first: the broker's queue, the
 # relays' first connections and the tables' first pages are warm for
@@ -208,14 +222,27 @@ for side in "${rl_sides[@]}"; do
 	rl_fill "$side"
 	rl_drain "$side" >/dev/null
 done
+# The order of the sides in a round is a row of a Williams square: over
+# n rounds each side takes each place once and follows each other side
+# once (for an odd number of sides, over 2n rounds, twice).  A drain leaves the broker and
+# the cluster work that lands on the side after it (the broker's CPU per
+# message depends on the side before), and a fixed cycle would always
+# hand that work to the same side.
+rl_n=${#rl_sides[@]}
+rl_base=(0)
+for ((i = 1; i < rl_n; i++)); do
+	rl_base+=($((i % 2 ? (i + 1) / 2 : rl_n - i / 2)))
+done
 for ((r = 0; r < rl_rounds; r++)); do
-	for ((i = 0; i < ${#rl_sides[@]}; i++)); do
-		side=${rl_sides[(i + r) % ${#rl_sides[@]}]}
+	for ((i = 0; i < rl_n; i++)); do
+		j=$(( (rl_n % 2 && (r / rl_n) % 2) ? rl_n - 1 - i : i ))
+		side=${rl_sides[(rl_base[j] + r) % rl_n]}
 		rl_fill "$side"
 		sql "CHECKPOINT" >/dev/null
-		v=$(rl_drain "$side")
-		echo "| round $((r + 1)) | $side | $v msg/s |"
+		read -r v c <<<"$(rl_drain "$side")"
+		echo "| round $((r + 1)) | $side | $v msg/s | $c µs/msg |"
 		rl_rates[$side]="${rl_rates[$side]:-} $v"
+		rl_cpus[$side]="${rl_cpus[$side]:-} $c"
 	done
 done
 read -r rl_inbox_m _ _ <<<"$(stats "${rl_rates[inbox]}")"
@@ -224,16 +251,21 @@ read -r rl_ordered_m _ _ <<<"$(stats "${rl_rates[ordered]}")"
 read -r rl_headers_m _ _ <<<"$(stats "${rl_rates[headers]}")"
 rl_ratio=$(awk -v a="$rl_inbox_m" -v b="$rl_hand_m" 'BEGIN { printf "%.3f", a / b }')
 echo
-echo "| relay | median msg/s |"
-echo "|---|---:|"
-echo "| inbox-relay | $rl_inbox_m |"
-echo "| hand-written | $rl_hand_m |"
-echo "| hand-written, ordered per key | $rl_ordered_m |"
-echo "| inbox-relay, outbox_headers=true | $rl_headers_m |"
+echo "| relay | median msg/s | machine CPU µs/msg |"
+echo "|---|---:|---:|"
+echo "| inbox-relay | $rl_inbox_m | $(cpu_median "${rl_cpus[inbox]}") |"
+echo "| hand-written | $rl_hand_m | $(cpu_median "${rl_cpus[hand]}") |"
+echo "| hand-written, ordered per key | $rl_ordered_m | $(cpu_median "${rl_cpus[ordered]}") |"
+echo "| inbox-relay, outbox_headers=true | $rl_headers_m | $(cpu_median "${rl_cpus[headers]}") |"
 echo
 echo "inbox-relay / hand-written: $rl_ratio (target >= 1.0: $(awk -v r="$rl_ratio" 'BEGIN { print (r >= 1.0) ? "met" : "NOT met" }'))"
 echo "inbox-relay / hand-written ordered per key: $(awk -v a="$rl_inbox_m" -v b="$rl_ordered_m" 'BEGIN { printf "%.3f", a / b }') (no target: the same order per key)"
 echo "inbox-relay with outbox_headers=true / hand-written: $(awk -v a="$rl_headers_m" -v b="$rl_hand_m" 'BEGIN { printf "%.3f", a / b }') (no target: with the three outbox-* headers)"
+rl_cpu_inbox=$(cpu_median "${rl_cpus[inbox]}")
+rl_cpu_hand=$(cpu_median "${rl_cpus[hand]}")
+if [ "$rl_cpu_inbox" != n/a ]; then
+	echo "machine CPU per message, hand-written / inbox-relay: $(awk -v a="$rl_cpu_hand" -v b="$rl_cpu_inbox" 'BEGIN { printf "%.3f", a / b }') (above 1: inbox-relay's delivery costs the machine less)"
+fi
 echo
 
 # Latency: sends at a fixed rate while the relay waits for their commits
@@ -272,7 +304,8 @@ rl_pg_rates=""
 for ((r = 0; r < rl_rounds; r++)); do
 	rl_fill pg
 	sql "CHECKPOINT" >/dev/null
-	rl_pg_rates="$rl_pg_rates $(rl_drain pg)"
+	read -r v _ <<<"$(rl_drain pg)"
+	rl_pg_rates="$rl_pg_rates $v"
 done
 read -r rl_pg_m rl_pg_min rl_pg_max <<<"$(stats "$rl_pg_rates")"
 echo "- to another database's inbox (a database of the same cluster): $rl_messages messages on 1,000 keys per run, batches of 100, $rl_rounds run(s): median $rl_pg_m msg/s (min $rl_pg_min, max $rl_pg_max); no target"

@@ -403,6 +403,22 @@ if ($have_rabbitmq)
 		'each message arrives with its own headers and not the outbox\'s, by default as with false');
 }
 
+# --- RabbitMQ: a message no queue takes -----------------------------------------------
+# Published as mandatory, the broker returns it: it stays pending, with the
+# reason, and is tried again after the route's backoff
+if ($have_rabbitmq)
+{
+	my $nowhere = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=no-such-queue";
+	$node->sql("SELECT outbox_route('nowhere', '$nowhere')");
+	PostgreSQL::Test::Utils::append_to_file($secrets, "$nowhere guest\n");
+	$node->sql(q{SELECT outbox_send('nowhere', 'n1', '{"n": 1}'::jsonb)});
+	run_relay_once("--target=$nowhere");
+	is($node->sql(q{SELECT d.state::text || ' ' || d.attempts || ' ' || d.last_error FROM inbox.outbox_deliveries AS d
+		JOIN inbox.outbox_messages AS m USING (id) WHERE m.topic = 'nowhere'}),
+		'p 1 no queue took the message (exchange "", routing key "no-such-queue")',
+		'a message no queue takes is returned by the broker, and stays pending with the reason');
+}
+
 # --- a webhook slower than the relay's timeout ----------------------------------------
 # The relay gives up after --timeout, records the failure, and delivers
 # the message again after the route's backoff, under the same id
