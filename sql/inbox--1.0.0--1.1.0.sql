@@ -1257,7 +1257,9 @@ $$;
  * the same key waits for the first to end, and reads the position the
  * first committed (or, if it aborted, the one before): so positions of a
  * key are gapless and follow commit order, and an aborted send leaves no
- * hole.  Sequences and transaction ids are assigned before commit, and
+ * hole.  A requeue takes a position as a send does (outbox_requeue), for
+ * a delivery whose message row keeps its send's: the only holes in a
+ * key's positions in outbox_messages.  Sequences and transaction ids are assigned before commit, and
  * order by them can be other than the order of the commits.  The lock is
  * released after the commit is visible, so any snapshot that sees a
  * key's position n sees every position before it.
@@ -1267,8 +1269,9 @@ $$;
  * in a circle.  Separate outbox_send calls lock in the order they are
  * made: two transactions that send to keys a and b in opposite orders can
  * deadlock, as two UPDATEs of the same rows would, and PostgreSQL then
- * aborts one of them.  Sends to one key in a transaction keep their call
- * order.
+ * aborts one of them; outbox_requeue takes its key's row as a send does,
+ * and the same holds for it.  Sends to one key in a transaction keep
+ * their call order.
  *
  * Delivery.  A send writes a row in outbox_deliveries for each route of
  * its topic ('p', pending); a route added later applies to later sends.
@@ -2226,7 +2229,7 @@ DECLARE
 	p_topic text;
 	p_key text;
 	pos bigint;
-	n integer;
+	n integer := 0;
 BEGIN
 	SELECT d.topic, d.key INTO p_topic, p_key FROM inbox.outbox_deliveries AS d
 	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char"
@@ -2237,14 +2240,21 @@ BEGIN
 		 WHERE k.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
 		   AND k.key OPERATOR(pg_catalog.=) p_key COLLATE "C"
 		RETURNING k.last INTO pos;
+		IF pos IS NULL THEN
+			RAISE EXCEPTION 'outbox key "%" of topic "%" has no row in inbox.outbox_keys',
+				inbox.quote(p_key), inbox.quote(p_topic)
+				USING ERRCODE = 'XX001',
+					  DETAIL = 'A key''s row is never deleted while the key has a message: it was removed by hand.',
+					  HINT = 'Insert the row again with last set to the highest position the key''s messages and deliveries hold.';
+		END IF;
 		PERFORM inbox.outbox_wake(d.target) FROM inbox.outbox_deliveries AS d
 		 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
 		UPDATE inbox.outbox_deliveries AS d
 		   SET state = 'p', attempts = 0, due = pg_catalog.clock_timestamp(), finished_at = NULL,
-			   position = coalesce(pos, d.position)
+			   position = pos
 		 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
+		GET DIAGNOSTICS n = ROW_COUNT;
 	END IF;
-	GET DIAGNOSTICS n = ROW_COUNT;
 	IF n OPERATOR(pg_catalog.=) 0 THEN
 		RAISE EXCEPTION 'outbox message % is not a dead letter', coalesce(p_id::text, 'NULL')
 			USING ERRCODE = 'IB005',

@@ -178,6 +178,17 @@ SELECT position FROM inbox.outbox_messages WHERE topic = 'requeue' AND payload =
 SELECT count(outbox_send('requeue', 'r', '{"n": 4}'::jsonb)) FROM (VALUES (1)) AS v;
 SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
+-- A key whose row was removed by hand: the requeue says so, and changes nothing
+SELECT count(outbox_send('requeue', 'g', '{"n": 1}'::jsonb)) FROM (VALUES (1)) AS v;
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_fail(receipt, 'HTTP 410') FROM regress.fetched;
+DELETE FROM inbox.outbox_keys WHERE topic = 'requeue' AND key = 'g';
+SELECT regress.try($$SELECT outbox_requeue(id) FROM outbox_dead_letters WHERE topic = 'requeue'$$);
+SELECT count(*) AS still_dead FROM outbox_dead_letters WHERE topic = 'requeue';
+INSERT INTO inbox.outbox_keys (topic, key, last) VALUES ('requeue', 'g', 1);
+SELECT outbox_requeue(id) FROM outbox_dead_letters WHERE topic = 'requeue';
+SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
+SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT outbox_unroute('requeue', 'https://hooks.example/requeue');
 
 -- Relay input checks

@@ -491,11 +491,12 @@ text_order(text *a, text *b)
 
 /*
  * After a key's head, a walk reads on through that key's other entries
- * in the index, at most this many (about a leaf page of them), before it
- * descends the index again to the next key.  A step within the leaf page
- * in hand costs next to nothing, while a descent reads a leaf page anew
- * and tests the scan keys on each of its entries after the start; but
- * stepping through a deep key would read page after page.
+ * in the index, fewer than this many (about what a leaf page holds of
+ * entries of usual width), before it descends the index again to the
+ * next key.  A step within the leaf page in hand costs next to nothing,
+ * while a descent reads a leaf page anew and tests the scan keys on each
+ * of its entries after the start; but stepping through a deep key would
+ * read page after page.
  */
 #define HEAD_WALK_STEPS 64
 

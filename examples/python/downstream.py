@@ -26,6 +26,9 @@ APPLY_NOTICE = """
 
 def apply(db, properties, body):
     headers = properties.headers or {}
+    if "outbox-position" not in headers:
+        raise SystemExit(f"notice {properties.message_id} carries no outbox-position header: "
+                         "its route's target needs outbox_headers=true")
     notice = json.loads(body)
 
     def work(conn):

@@ -7,9 +7,9 @@
 #	  by "inbox-relay --once" against the same number drained by a
 #	  hand-written relay (hand_relay.c: SELECT ... FOR UPDATE SKIP LOCKED
 #	  LIMIT 100, publish with confirms, DELETE), one process each, the
-#	  sides in varying orders; messages per second and the machine's CPU
-#	  per message, medians.  Target: inbox-relay
-#	  >= 1.0 x the hand-written relay.  A third side, "ordered", is the same
+#	  sides in an order where each follows each other equally often;
+#	  messages per second and the machine's CPU per message, medians.
+#	  Target: inbox-relay >= 1.0 x the hand-written relay.  A third side, "ordered", is the same
 #	  hand-written relay keeping inbox-relay's order per key (hand_relay.c
 #	  ordered: only each key's oldest message in a batch), for the record,
 #	  and so is a fourth, "headers": inbox-relay to a target whose URL says
@@ -179,6 +179,27 @@ rl_delivered()
 	fi
 }
 
+# rl_circuit N: a closed walk through 0 .. N-1 in which each ordered pair
+# of distinct numbers is consecutive exactly once (an Eulerian circuit of
+# the complete directed graph, by Hierholzer's algorithm), the return to
+# its start left out: N(N - 1) numbers from 0
+rl_circuit()
+{
+	awk -v n="$1" 'BEGIN {
+		sp = 0; stack[sp++] = 0; m = 0
+		while (sp > 0) {
+			v = stack[sp - 1]
+			if (used[v] < n - 1) {
+				used[v]++
+				stack[sp++] = (v + used[v]) % n
+			} else
+				path[m++] = stack[--sp]
+		}
+		for (i = m - 1; i > 0; i--)
+			printf "%d%s", path[i], (i > 1 ? " " : "\n")
+	}'
+}
+
 # rl_busy: the machine's busy CPU ticks so far (every process: the
 # cluster, the broker and the relay), nothing without /proc
 rl_busy()
@@ -188,8 +209,8 @@ rl_busy()
 }
 
 # rl_drain SIDE: drain it; prints messages per second and the machine's
-# CPU per message in µs (n/a without /proc), which the machine's noise
-# disturbs much less than the rate
+# CPU per message in µs (n/a without /proc): what the drain cost every
+# process, whatever else the machine was doing at the time
 rl_drain()
 {
 	local t0 t1 before got b0 b1
@@ -211,39 +232,38 @@ rl_drain()
 		'BEGIN { printf "%.0f ", n / (b - a); if (c0 == "" || c1 == "") print "n/a"; else printf "%.1f\n", (c1 - c0) * 1000000 / hz / n }'
 }
 
-echo "- throughput: $rl_messages messages on 1,000 keys per run, one relay process, batches of 100, one uncounted drain of each side, then $rl_rounds round(s) in orders that vary (each side after each other), medians"
-echo
 declare -A rl_rates=() rl_cpus=()
 rl_sides=(inbox hand ordered headers)
 # One uncounted drain of each side first: the broker's queue, the
 # relays' first connections and the tables' first pages are warm for
-# every counted round, whichever side it starts with
-for side in "${rl_sides[@]}"; do
-	rl_fill "$side"
-	rl_drain "$side" >/dev/null
-done
-# The order of the sides in a round is a row of a Williams square: over
-# n rounds each side takes each place once and follows each other side
-# once (for an odd number of sides, over 2n rounds, twice).  A drain leaves the broker and
-# the cluster work that lands on the side after it (the broker's CPU per
-# message depends on the side before), and a fixed cycle would always
-# hand that work to the same side.
+# every counted drain.  They end with the circuit's last side (below), so
+# that the first counted drain follows the side that each later pass's
+# first drain follows.
 rl_n=${#rl_sides[@]}
-rl_base=(0)
-for ((i = 1; i < rl_n; i++)); do
-	rl_base+=($((i % 2 ? (i + 1) / 2 : rl_n - i / 2)))
+read -ra rl_circuit <<<"$(rl_circuit "$rl_n")"
+for ((k = 1; k <= rl_n; k++)); do
+	side=${rl_sides[(rl_circuit[-1] + k) % rl_n]}
+	rl_fill "$side"
+	rl_drain "$side" >/dev/null || exit 1
 done
-for ((r = 0; r < rl_rounds; r++)); do
-	for ((i = 0; i < rl_n; i++)); do
-		j=$(( (rl_n % 2 && (r / rl_n) % 2) ? rl_n - 1 - i : i ))
-		side=${rl_sides[(rl_base[j] + r) % rl_n]}
-		rl_fill "$side"
-		sql "CHECKPOINT" >/dev/null
-		read -r v c <<<"$(rl_drain "$side")"
-		echo "| round $((r + 1)) | $side | $v msg/s | $c µs/msg |"
-		rl_rates[$side]="${rl_rates[$side]:-} $v"
-		rl_cpus[$side]="${rl_cpus[$side]:-} $c"
-	done
+# Each side's drains come in the order of a circuit through the sides in
+# which each side follows each other side exactly once, repeated: a drain
+# leaves the broker and the cluster work that lands on the side after it,
+# and a fixed cycle would always hand that work to the same side.
+# BENCH_RELAY_ROUNDS drains of each side, rounded up to whole circuits
+# (n - 1 drains of each side apiece).
+rl_passes=$(((rl_rounds + rl_n - 2) / (rl_n - 1)))
+echo "- throughput: $rl_messages messages on 1,000 keys per run, one relay process, batches of 100, one uncounted drain of each side, then $((rl_passes * (rl_n - 1))) drains of each side, each side after each other equally often, medians"
+echo
+for ((k = 0; k < rl_passes * ${#rl_circuit[@]}; k++)); do
+	side=${rl_sides[rl_circuit[k % ${#rl_circuit[@]}]]}
+	rl_fill "$side"
+	sql "CHECKPOINT" >/dev/null
+	out=$(rl_drain "$side") || exit 1
+	read -r v c <<<"$out"
+	echo "| drain $((k + 1)) | $side | $v msg/s | $c µs/msg |"
+	rl_rates[$side]="${rl_rates[$side]:-} $v"
+	rl_cpus[$side]="${rl_cpus[$side]:-} $c"
 done
 read -r rl_inbox_m _ _ <<<"$(stats "${rl_rates[inbox]}")"
 read -r rl_hand_m _ _ <<<"$(stats "${rl_rates[hand]}")"
@@ -304,7 +324,8 @@ rl_pg_rates=""
 for ((r = 0; r < rl_rounds; r++)); do
 	rl_fill pg
 	sql "CHECKPOINT" >/dev/null
-	read -r v _ <<<"$(rl_drain pg)"
+	out=$(rl_drain pg) || exit 1
+	read -r v _ <<<"$out"
 	rl_pg_rates="$rl_pg_rates $v"
 done
 read -r rl_pg_m rl_pg_min rl_pg_max <<<"$(stats "$rl_pg_rates")"
