@@ -2243,7 +2243,7 @@ BEGIN
 		IF pos IS NULL THEN
 			RAISE EXCEPTION 'outbox key "%" of topic "%" has no row in inbox.outbox_keys',
 				inbox.quote(p_key), inbox.quote(p_topic)
-				USING ERRCODE = 'XX001',
+				USING ERRCODE = 'XX000',
 					  DETAIL = 'A key''s row is never deleted while the key has a message: it was removed by hand.',
 					  HINT = 'Insert the row again with last set to the highest position the key''s messages and deliveries hold.';
 		END IF;
