@@ -415,10 +415,13 @@ ack_collect(Relay *r)
 	{
 		if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		{
+			/* Column 1: outbox_ack_many's count, after set_config's result */
+			int			acked = atoi(PQgetvalue(res, 0, 1));
+
 			ok = true;
-			if (atoi(PQgetvalue(res, 0, 1)) != r->acks_sent)
+			if (acked != r->acks_sent)
 				relay_log("%d delivered message(s) had run out of lease: another relay delivers them "
-						  "again under the same id", r->acks_sent - atoi(PQgetvalue(res, 0, 1)));
+						  "again under the same id", r->acks_sent - acked);
 		}
 		else
 			relay_log("acknowledging deliveries failed: %s", PQerrorMessage(r->ack_conn));

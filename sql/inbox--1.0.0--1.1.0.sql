@@ -1259,8 +1259,9 @@ $$;
  * key are gapless and follow commit order, and an aborted send leaves no
  * hole.  A requeue takes a position as a send does (outbox_requeue), for
  * a delivery whose message row keeps its send's: the only holes in a
- * key's positions in outbox_messages.  Sequences and transaction ids are assigned before commit, and
- * order by them can be other than the order of the commits.  The lock is
+ * key's positions in outbox_messages.  Sequences and transaction ids are
+ * assigned before commit, and order by them can be other than the order
+ * of the commits.  The lock is
  * released after the commit is visible, so any snapshot that sees a
  * key's position n sees every position before it.
  *

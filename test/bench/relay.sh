@@ -9,8 +9,8 @@
 #	  LIMIT 100, publish with confirms, DELETE), one process each, the
 #	  sides in an order where each follows each other equally often;
 #	  messages per second and the machine's CPU per message, medians.
-#	  Target: inbox-relay >= 1.0 x the hand-written relay.  A third side, "ordered", is the same
-#	  hand-written relay keeping inbox-relay's order per key (hand_relay.c
+#	  Target: inbox-relay >= 1.0 x the hand-written relay.  A third side,
+#	  "ordered", is the same hand-written relay keeping inbox-relay's order per key (hand_relay.c
 #	  ordered: only each key's oldest message in a batch), for the record,
 #	  and so is a fourth, "headers": inbox-relay to a target whose URL says
 #	  outbox_headers=true, so that its messages also carry the outbox-*
@@ -269,20 +269,20 @@ read -r rl_inbox_m _ _ <<<"$(stats "${rl_rates[inbox]}")"
 read -r rl_hand_m _ _ <<<"$(stats "${rl_rates[hand]}")"
 read -r rl_ordered_m _ _ <<<"$(stats "${rl_rates[ordered]}")"
 read -r rl_headers_m _ _ <<<"$(stats "${rl_rates[headers]}")"
+rl_cpu_inbox=$(cpu_median "${rl_cpus[inbox]}")
+rl_cpu_hand=$(cpu_median "${rl_cpus[hand]}")
 rl_ratio=$(awk -v a="$rl_inbox_m" -v b="$rl_hand_m" 'BEGIN { printf "%.3f", a / b }')
 echo
 echo "| relay | median msg/s | machine CPU µs/msg |"
 echo "|---|---:|---:|"
-echo "| inbox-relay | $rl_inbox_m | $(cpu_median "${rl_cpus[inbox]}") |"
-echo "| hand-written | $rl_hand_m | $(cpu_median "${rl_cpus[hand]}") |"
+echo "| inbox-relay | $rl_inbox_m | $rl_cpu_inbox |"
+echo "| hand-written | $rl_hand_m | $rl_cpu_hand |"
 echo "| hand-written, ordered per key | $rl_ordered_m | $(cpu_median "${rl_cpus[ordered]}") |"
 echo "| inbox-relay, outbox_headers=true | $rl_headers_m | $(cpu_median "${rl_cpus[headers]}") |"
 echo
 echo "inbox-relay / hand-written: $rl_ratio (target >= 1.0: $(awk -v r="$rl_ratio" 'BEGIN { print (r >= 1.0) ? "met" : "NOT met" }'))"
 echo "inbox-relay / hand-written ordered per key: $(awk -v a="$rl_inbox_m" -v b="$rl_ordered_m" 'BEGIN { printf "%.3f", a / b }') (no target: the same order per key)"
 echo "inbox-relay with outbox_headers=true / hand-written: $(awk -v a="$rl_headers_m" -v b="$rl_hand_m" 'BEGIN { printf "%.3f", a / b }') (no target: with the three outbox-* headers)"
-rl_cpu_inbox=$(cpu_median "${rl_cpus[inbox]}")
-rl_cpu_hand=$(cpu_median "${rl_cpus[hand]}")
 if [ "$rl_cpu_inbox" != n/a ]; then
 	echo "machine CPU per message, hand-written / inbox-relay: $(awk -v a="$rl_cpu_hand" -v b="$rl_cpu_inbox" 'BEGIN { printf "%.3f", a / b }') (above 1: inbox-relay's delivery costs the machine less)"
 fi

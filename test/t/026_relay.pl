@@ -104,15 +104,16 @@ sub sink_lines
 }
 
 # --- RabbitMQ -----------------------------------------------------------------------
-my ($amqp_port, $amqp_target);
+my ($amqp_port, $amqp_base, $amqp_target);
 if ($have_rabbitmq)
 {
 	my $up;
 	($amqp_port, $broker_pgid, $up) = InboxTest::start_rabbitmq("$tmp/rabbitmq");
 	ok($up, 'RabbitMQ listens on loopback')
 	  or BAIL_OUT('RabbitMQ did not start: ' . slurp_file("$tmp/rabbitmq/server.log"));
+	$amqp_base = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test";
 	# With the outbox's own headers, which the checks below read
-	$amqp_target = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test&outbox_headers=true";
+	$amqp_target = "$amqp_base&outbox_headers=true";
 }
 else
 {
@@ -379,17 +380,16 @@ waitpid($steady, 0);
 # a value other than true or false keeps the target closed, and says why
 if ($have_rabbitmq)
 {
-	my $base = "amqp://guest\@127.0.0.1:$amqp_port/%2F?routing_key=relay-test";
-	my $lean = "$base&outbox_headers=false";
-	my $unsure = "$base&outbox_headers=maybe";
-	$node->sql("SELECT outbox_route('plain', '$base'); SELECT outbox_route('lean', '$lean');"
+	my $lean = "$amqp_base&outbox_headers=false";
+	my $unsure = "$amqp_base&outbox_headers=maybe";
+	$node->sql("SELECT outbox_route('plain', '$amqp_base'); SELECT outbox_route('lean', '$lean');"
 		  . " SELECT outbox_route('unsure', '$unsure')");
-	PostgreSQL::Test::Utils::append_to_file($secrets, "$base guest\n$lean guest\n$unsure guest\n");
+	PostgreSQL::Test::Utils::append_to_file($secrets, "$amqp_base guest\n$lean guest\n$unsure guest\n");
 	my $id = $node->sql(q{SELECT outbox_send('plain', 'p1', '{"n": 1}'::jsonb, '{"trace": "t-9"}'::jsonb)});
 	my $lean_id = $node->sql(q{SELECT outbox_send('lean', 'p1', '{"n": 1}'::jsonb, '{"trace": "t-8"}'::jsonb)});
 	$node->sql(q{SELECT outbox_send('unsure', 'p1', '{"n": 1}'::jsonb)});
 	pika('drain');
-	ok(run_relay_once("--target=$base"), 'a relay delivers to a target that does not name outbox_headers');
+	ok(run_relay_once("--target=$amqp_base"), 'a relay delivers to a target that does not name outbox_headers');
 	ok(run_relay_once("--target=$lean"), 'a relay delivers to a target with outbox_headers=false');
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ $relay, '--once', "--secrets=$secrets", "--target=$unsure", $conninfo ],
