@@ -1259,7 +1259,10 @@ $$;
  * key are gapless and follow commit order, and an aborted send leaves no
  * hole.  A requeue takes a position as a send does (outbox_requeue), for
  * a delivery whose message row keeps its send's: the only holes in a
- * key's positions in outbox_messages.  Sequences and transaction ids are
+ * key's positions in outbox_messages.  A key without a row starts at the
+ * clock's reading in microseconds since 1970 (outbox_position_at), read
+ * as the row is inserted: see Retention for why.  Sequences and
+ * transaction ids are
  * assigned before commit, and order by them can be other than the order
  * of the commits.  The lock is
  * released after the commit is visible, so any snapshot that sees a
@@ -1301,6 +1304,17 @@ $$;
  * Retention: the purge (the worker and inbox_purge()) deletes messages
  * older than inbox.outbox_retention that no delivery waits for, in
  * batches of inbox.purge_batch_size.  Pending and dead messages stay.
+ * With the message that holds its key's last position, it deletes the
+ * key's row, unless a sender holds it (SKIP LOCKED) or the position is
+ * not yet older than the retention on the clock's scale.  A later send
+ * starts the key again from the clock, above every position the row gave:
+ * those are at most the clock's reading at the row's last send (a key
+ * takes fewer than one position a microsecond, each send of a key waiting
+ * for the previous one's commit), and the purge deletes the row only when
+ * that reading is older than the retention (at least a second), while a
+ * new row's reading is taken at its insertion, which the purge's lock
+ * delays, never hastens.  So a key's positions only grow, and the table
+ * holds the keys that sent within the retention or still have messages.
  *
  * Topics are reserved to roles as scopes are: outbox_send and
  * outbox_send_many are entry points that check the scope grants for their
@@ -1384,11 +1398,17 @@ AS 'MODULE_PATHNAME', 'inbox_outbox_retention'
 LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp;
 
+-- Microseconds since 1970 at a time: a new key's first position (banner)
+CREATE FUNCTION inbox.outbox_position_at(t timestamptz)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'inbox_outbox_position_at'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 /*
  * The last position given in each key.  A send holds its key's row lock
- * until it ends: see the banner.  The rows stay when the key's messages
- * are purged, so that a key's positions never start over below a
- * delivery still pending.
+ * until it ends: see the banner.  The purge deletes a key's row with the
+ * message that holds its last position; the key then starts again from
+ * the clock, above every position it had (banner, Retention).
  */
 CREATE TABLE inbox.outbox_keys (
 	topic text COLLATE pg_catalog."C" NOT NULL,
@@ -1571,7 +1591,7 @@ BEGIN
 		RETURN p_id;
 	END IF;
 	INSERT INTO inbox.outbox_keys AS k (topic, key, last)
-	VALUES (p_topic, p_key, 1)
+	VALUES (p_topic, p_key, inbox.outbox_position_at(pg_catalog.clock_timestamp()))
 	ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
 	RETURNING k.last INTO pos;
 	INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, payload_bytes, headers)
@@ -1650,6 +1670,7 @@ DECLARE
 	p_headers jsonb := outbox_send_many.headers;
 	n integer := coalesce(pg_catalog.cardinality(p_keys), 0);
 	ids uuid[];
+	first bigint;
 BEGIN
 	IF p_keys IS NULL OR p_payloads IS NULL THEN
 		RAISE EXCEPTION 'keys and payloads must not be null'
@@ -1675,6 +1696,9 @@ BEGIN
 	PERFORM inbox.outbox_check(p_topic, u.k, pg_catalog.pg_column_size(u.p))
 	   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads)) AS u(k, p);
 	ids := ARRAY(SELECT inbox.uuid_v7() FROM pg_catalog.generate_series(1, n));
+	-- A key without a row takes first .. first + c - 1; one with a row,
+	-- last + 1 .. last + c (c = EXCLUDED.last - first + 1)
+	first := inbox.outbox_position_at(pg_catalog.clock_timestamp());
 
 	WITH items AS (
 		SELECT u.i, u.k, u.p, ids[u.i] AS id,
@@ -1684,11 +1708,11 @@ BEGIN
 			   WITH ORDINALITY AS u(k, p, i)),
 	locked AS (
 		INSERT INTO inbox.outbox_keys AS k (topic, key, last)
-		SELECT p_topic, g.k, g.c
+		SELECT p_topic, g.k, first OPERATOR(pg_catalog.+) g.c OPERATOR(pg_catalog.-) 1
 		  FROM (SELECT DISTINCT it.k COLLATE "C" AS k, it.c FROM items AS it
 				 ORDER BY 1) AS g
 		ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE
-		   SET last = k.last OPERATOR(pg_catalog.+) EXCLUDED.last
+		   SET last = k.last OPERATOR(pg_catalog.+) (EXCLUDED.last OPERATOR(pg_catalog.-) first OPERATOR(pg_catalog.+) 1)
 		RETURNING k.key, k.last),
 	messages AS (
 		INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, headers)
@@ -1807,7 +1831,9 @@ $$;
  * inbox.outbox_purge(batch) -> bigint: delete at most batch messages
  * older than inbox.outbox_retention that every route delivered: no
  * delivery row is left (src/outbox.c).  A message with a pending or dead
- * delivery stays.  SKIP LOCKED: two purgers never wait for each other.
+ * delivery stays.  With a key's last message goes the key's row (see the
+ * banner, Retention).  SKIP LOCKED: two purgers never wait for each
+ * other, and the purge never waits for a sender.
  */
 CREATE FUNCTION inbox.outbox_purge(p_batch integer)
 RETURNS bigint
@@ -1825,7 +1851,19 @@ AS $$
 	messages AS (
 		DELETE FROM inbox.outbox_messages AS m USING doomed
 		 WHERE m.id OPERATOR(pg_catalog.=) doomed.id
-		RETURNING 1)
+		RETURNING m.topic, m.key, m.position),
+	idle AS (
+		SELECT k.topic, k.key FROM inbox.outbox_keys AS k
+		  JOIN messages AS ms ON k.topic OPERATOR(pg_catalog.=) ms.topic
+							 AND k.key OPERATOR(pg_catalog.=) ms.key
+		 WHERE k.last OPERATOR(pg_catalog.=) ms.position
+		   AND k.last OPERATOR(pg_catalog.<)
+			   inbox.outbox_position_at(pg_catalog.now() OPERATOR(pg_catalog.-) inbox.outbox_retention())
+		   FOR UPDATE OF k SKIP LOCKED),
+	keys AS (
+		DELETE FROM inbox.outbox_keys AS k USING idle
+		 WHERE k.topic OPERATOR(pg_catalog.=) idle.topic
+		   AND k.key OPERATOR(pg_catalog.=) idle.key)
 	SELECT pg_catalog.count(*) FROM messages
 $$;
 
@@ -2237,17 +2275,11 @@ BEGIN
 	 LIMIT 1;
 	IF FOUND THEN
 		-- The key's next position, taken under its row as a send takes one
-		UPDATE inbox.outbox_keys AS k SET last = k.last OPERATOR(pg_catalog.+) 1
-		 WHERE k.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
-		   AND k.key OPERATOR(pg_catalog.=) p_key COLLATE "C"
+		-- (the purge may have deleted the row: the clock then starts it)
+		INSERT INTO inbox.outbox_keys AS k (topic, key, last)
+		VALUES (p_topic, p_key, inbox.outbox_position_at(pg_catalog.clock_timestamp()))
+		ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
 		RETURNING k.last INTO pos;
-		IF pos IS NULL THEN
-			RAISE EXCEPTION 'outbox key "%" of topic "%" has no row in inbox.outbox_keys',
-				inbox.quote(p_key), inbox.quote(p_topic)
-				USING ERRCODE = 'XX000',
-					  DETAIL = 'A key''s row is never deleted while the key has a message: it was removed by hand.',
-					  HINT = 'Insert the row again with last set to the highest position the key''s messages and deliveries hold.';
-		END IF;
 		PERFORM inbox.outbox_wake(d.target) FROM inbox.outbox_deliveries AS d
 		 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
 		UPDATE inbox.outbox_deliveries AS d
@@ -2361,6 +2393,7 @@ CREATE VIEW @extschema@.outbox_routes WITH (security_barrier) AS
 COMMENT ON VIEW @extschema@.outbox_routes IS 'the outbox routes: which target each topic goes to';
 
 REVOKE ALL ON FUNCTION inbox.uuid_v7() FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_position_at(timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;

@@ -10,13 +10,18 @@ SET datestyle = 'ISO';
 CREATE FUNCTION regress.try_id(cmd text) RETURNS text LANGUAGE sql AS $$
 	SELECT regexp_replace(regress.try(cmd), '[0-9a-f]{8}-[0-9a-f-]{27}', '<uuid>', 'g')
 $$;
+-- A key's first position is the clock's reading in microseconds: a
+-- position, counted from the first that the key's messages hold (1)
+CREATE FUNCTION regress.pos(t text, k text, p bigint) RETURNS bigint LANGUAGE sql AS $$
+	SELECT p - (SELECT min(m.position) FROM inbox.outbox_messages AS m WHERE m.topic = t AND m.key = k) + 1
+$$;
 -- What outbox_fetch hands out, in a form that does not change between runs
 CREATE TABLE regress.fetched (id uuid, key text, pos bigint, receipt uuid);
 CREATE FUNCTION regress.fetch(target text, n integer) RETURNS SETOF text LANGUAGE sql AS $$
 	WITH f AS (SELECT * FROM outbox_fetch(target, n, '1 minute')),
 	kept AS (DELETE FROM regress.fetched RETURNING 1),
 	ins AS (INSERT INTO regress.fetched SELECT f.id, f.key, f.position, f.receipt FROM f)
-	SELECT f.topic || '/' || f.key || '#' || f.position || ' ' || coalesce(f.payload::text, encode(f.payload_bytes, 'hex'))
+	SELECT f.topic || '/' || f.key || '#' || regress.pos(f.topic, f.key, f.position) || ' ' || coalesce(f.payload::text, encode(f.payload_bytes, 'hex'))
 		   || ' attempt ' || f.attempts
 	  FROM f ORDER BY f.key, f.position
 $$;
@@ -56,7 +61,9 @@ SELECT regress.try($$SELECT outbox_unroute('orders', 'https://nowhere.example')$
 SELECT outbox_unroute('audit', 'amqp://app@rabbit.example/vhost');
 
 -- Sends: ids are version 7 UUIDs, increasing within a session; positions
--- per key count 1, 2, 3 in call order
+-- per key count 1, 2, 3 in call order, from the clock's reading at the
+-- key's first send
+SELECT inbox.outbox_position_at(clock_timestamp()) AS t0 \gset
 BEGIN;
 SELECT outbox_send('orders', 'o-1', '{"n": 1}'::jsonb) AS a \gset
 SELECT outbox_send('orders', 'o-1', '{"n": 2}'::jsonb, '{"type": "updated"}') AS b \gset
@@ -64,8 +71,12 @@ SELECT outbox_send('orders', 'o-2', '\xdeadbeef'::bytea) AS c \gset
 COMMIT;
 SELECT substr(:'a', 15, 1) AS version, substr(:'a', 20, 1) IN ('8', '9', 'a', 'b') AS variant,
 	   :'a'::uuid < :'b'::uuid AND :'b'::uuid < :'c'::uuid AS increasing;
-SELECT key, position, payload, payload_bytes, headers FROM inbox.outbox_messages ORDER BY key, position;
-SELECT target, key, position, state, attempts FROM inbox.outbox_deliveries ORDER BY target, key, position;
+SELECT key, regress.pos(topic, key, position) AS position, payload, payload_bytes, headers
+  FROM inbox.outbox_messages ORDER BY key, position;
+SELECT position BETWEEN :t0 AND inbox.outbox_position_at(clock_timestamp()) AS from_clock
+  FROM inbox.outbox_messages WHERE id = :'a';
+SELECT target, key, regress.pos(topic, key, position) AS position, state, attempts
+  FROM inbox.outbox_deliveries ORDER BY target, key, position;
 
 -- A rollback, and a savepoint's rollback, leave nothing and no gap
 BEGIN;
@@ -77,7 +88,8 @@ SELECT outbox_send('orders', 'o-1', '{"n": "lost too"}'::jsonb) IS NOT NULL AS s
 ROLLBACK TO SAVEPOINT s;
 SELECT outbox_send('orders', 'o-1', '{"n": 3}'::jsonb) IS NOT NULL AS sent;
 COMMIT;
-SELECT key, position, payload FROM inbox.outbox_messages WHERE key = 'o-1' ORDER BY position;
+SELECT key, regress.pos(topic, key, position) AS position, payload
+  FROM inbox.outbox_messages WHERE key = 'o-1' ORDER BY position;
 
 -- A caller's id: the same send again returns it and writes nothing; other
 -- content is IB002
@@ -85,12 +97,13 @@ SELECT outbox_send('orders', 'o-3', '{"n": 1}'::jsonb, NULL, '00000000-0000-7000
 SELECT outbox_send('orders', 'o-3', '{"n": 1}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001') AS again;
 SELECT regress.try($$SELECT outbox_send('orders', 'o-3', '{"n": 2}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001')$$);
 SELECT regress.try($$SELECT outbox_send('orders', 'o-4', '{"n": 1}'::jsonb, NULL, '00000000-0000-7000-8000-000000000001')$$);
-SELECT count(*), max(position) FROM inbox.outbox_messages WHERE key = 'o-3';
+SELECT count(*), max(regress.pos(topic, key, position)) FROM inbox.outbox_messages WHERE key = 'o-3';
 
 -- A batch: ids in the order of the arrays, positions in array order per key
 SELECT cardinality(outbox_send_many('orders', ARRAY['o-5', 'o-6', 'o-5'],
 									ARRAY['{"i": 1}', '{"i": 2}', '{"i": 3}']::jsonb[])) AS sent;
-SELECT key, position, payload FROM inbox.outbox_messages WHERE key IN ('o-5', 'o-6') ORDER BY key, position;
+SELECT key, regress.pos(topic, key, position) AS position, payload
+  FROM inbox.outbox_messages WHERE key IN ('o-5', 'o-6') ORDER BY key, position;
 SELECT outbox_send_many('orders', '{}', '{}') AS nothing;
 
 -- Bad input: clear SQLSTATEs, nothing written
@@ -144,7 +157,7 @@ SELECT bool_and(outbox_ack(receipt)) FROM regress.fetched WHERE key NOT IN ('o-1
 SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
 SELECT outbox_fail(receipt, 'HTTP 410') FROM regress.fetched;
 SELECT outbox_fail(receipt, 'again') AS gone FROM regress.fetched;
-SELECT key, position, target, attempts, last_error FROM outbox_dead_letters;
+SELECT key, regress.pos(topic, key, position) AS position, target, attempts, last_error FROM outbox_dead_letters;
 SELECT * FROM regress.fetch('https://hooks.example/orders', 100);
 SELECT topic, target, pending, oldest_pending_age IS NOT NULL AS aged, sent, failed, dead
   FROM outbox_stats ORDER BY 1, 2;
@@ -172,21 +185,11 @@ SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
-SELECT last FROM inbox.outbox_keys WHERE topic = 'requeue';
+SELECT regress.pos(topic, key, last) AS last FROM inbox.outbox_keys WHERE topic = 'requeue';
 -- The message keeps its send's position; the next send takes the one after
-SELECT position FROM inbox.outbox_messages WHERE topic = 'requeue' AND payload = '{"n": 1}';
+SELECT regress.pos(topic, key, position) AS position
+  FROM inbox.outbox_messages WHERE topic = 'requeue' AND payload = '{"n": 1}';
 SELECT count(outbox_send('requeue', 'r', '{"n": 4}'::jsonb)) FROM (VALUES (1)) AS v;
-SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
-SELECT outbox_ack(receipt) FROM regress.fetched;
--- A key whose row was removed by hand: the requeue says so, and changes nothing
-SELECT count(outbox_send('requeue', 'g', '{"n": 1}'::jsonb)) FROM (VALUES (1)) AS v;
-SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
-SELECT outbox_fail(receipt, 'HTTP 410') FROM regress.fetched;
-DELETE FROM inbox.outbox_keys WHERE topic = 'requeue' AND key = 'g';
-SELECT regress.try($$SELECT outbox_requeue(id) FROM outbox_dead_letters WHERE topic = 'requeue'$$);
-SELECT count(*) AS still_dead FROM outbox_dead_letters WHERE topic = 'requeue';
-INSERT INTO inbox.outbox_keys (topic, key, last) VALUES ('requeue', 'g', 1);
-SELECT outbox_requeue(id) FROM outbox_dead_letters WHERE topic = 'requeue';
 SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT outbox_unroute('requeue', 'https://hooks.example/requeue');
@@ -245,7 +248,7 @@ SELECT inbox_purge() AS purged;
 RESET inbox.purge_batch_size;
 SELECT inbox_purge() AS purged;
 SELECT inbox_purge() AS purged;
-SELECT key, position FROM inbox.outbox_messages ORDER BY key, position;
+SELECT key, regress.pos(topic, key, position) AS position FROM inbox.outbox_messages ORDER BY key, position;
 -- sent counts the deliveries, purged or not
 SELECT topic, target, pending, sent FROM outbox_stats ORDER BY 1, 2;
 SELECT count(*) AS orphans FROM inbox.outbox_deliveries d
@@ -261,7 +264,7 @@ SET inbox.outbox_retention = '9d';
 SELECT inbox_purge() AS purged;
 RESET inbox.outbox_retention;
 SELECT inbox_purge() AS purged;
-SELECT key, position FROM inbox.outbox_messages ORDER BY key, position;
+SELECT key, regress.pos(topic, key, position) AS position FROM inbox.outbox_messages ORDER BY key, position;
 SELECT topic, target, pending, sent, dead FROM outbox_stats ORDER BY 1, 2;
 -- The view reads deliveries only through the partial indexes of the
 -- pending and the dead, whatever the statistics say (here: every row
@@ -360,9 +363,43 @@ COMMIT;
 SELECT current_setting('synchronous_commit') AS after_commit;
 SELECT outbox_unroute('durable', 'https://durable.example/hook');
 
--- Positions go on after a purge
+-- Positions go on after a purge: o-1's row stays, its last position
+-- being younger than the retention on the clock's scale
+SELECT last AS o1_last FROM inbox.outbox_keys WHERE topic = 'orders' AND key = 'o-1' \gset
 SELECT outbox_send('orders', 'o-1', '{"n": "later"}'::jsonb) AS later \gset
-SELECT position FROM inbox.outbox_messages WHERE id = :'later';
+SELECT position - :o1_last AS step FROM inbox.outbox_messages WHERE id = :'later';
+
+-- A key's row goes with its last message, once that is purged and its
+-- position is older than the retention; the next send starts the key again
+-- from the clock, above every position it had.  idle-a: both messages
+-- delivered; idle-b: the first dead, the second delivered; idle-c: its
+-- last message still pending.
+SELECT outbox_route('idle', 'https://idle.example/hook', '{"max_attempts": 1}');
+SELECT cardinality(outbox_send_many('idle', ARRAY['idle-a', 'idle-a', 'idle-b', 'idle-b', 'idle-c'],
+									 array_fill('{}'::jsonb, ARRAY[5]))) AS sent;
+SELECT key, CASE WHEN key = 'idle-b' THEN outbox_fail(receipt, 'HTTP 410') ELSE outbox_ack(receipt)::text END AS done
+  FROM outbox_fetch('https://idle.example/hook', 10, '1 minute') ORDER BY key;
+SELECT key, outbox_ack(receipt) AS acked FROM outbox_fetch('https://idle.example/hook', 10, '1 minute') ORDER BY key;
+SELECT outbox_send('idle', 'idle-c', '{}'::jsonb) IS NOT NULL AS sent;
+CREATE TABLE regress.idle_keys AS SELECT key, last FROM inbox.outbox_keys WHERE topic = 'idle';
+SET inbox.outbox_retention = '1 s';
+SELECT pg_sleep(1.1);
+SELECT inbox_purge() AS purged;
+RESET inbox.outbox_retention;
+SELECT key FROM inbox.outbox_keys WHERE topic = 'idle' ORDER BY key;
+SELECT key, count(*) FROM inbox.outbox_messages WHERE topic = 'idle' GROUP BY key ORDER BY key;
+-- idle-b's dead message, requeued, and a new send: above every position
+SELECT outbox_requeue(id) FROM outbox_dead_letters WHERE topic = 'idle';
+SELECT outbox_send('idle', 'idle-a', '{}'::jsonb) AS idle_a \gset
+SELECT k.key, k.last > i.last AS above FROM inbox.outbox_keys AS k JOIN regress.idle_keys AS i USING (key)
+ WHERE k.topic = 'idle' ORDER BY k.key;
+SELECT m.position > i.last AS above FROM inbox.outbox_messages AS m JOIN regress.idle_keys AS i USING (key)
+ WHERE m.id = :'idle_a';
+SELECT d.key, d.position > i.last AS above FROM inbox.outbox_deliveries AS d JOIN regress.idle_keys AS i USING (key)
+ WHERE d.target = 'https://idle.example/hook' ORDER BY d.key;
+SELECT key, count(outbox_ack(receipt)) AS acked FROM outbox_fetch('https://idle.example/hook', 10, '1 minute')
+ GROUP BY key ORDER BY key;
+SELECT outbox_unroute('idle', 'https://idle.example/hook');
 
 -- Two-phase commit: prepared, nothing to fetch; committed, there
 BEGIN;

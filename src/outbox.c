@@ -27,6 +27,9 @@
  *	- The walk that finds a target's heads goes through the open index
  *	  one key at a time, from a cursor kept in this backend: each key
  *	  costs an index step, not a statement's executor nodes.
+ *	- A key's first position is the clock's reading in microseconds, so
+ *	  that a key whose row the purge deleted starts again above every
+ *	  position it had (see sql/inbox.sql's banner).
  *	- A receipt carries the address of its lease's row version, so that
  *	  no index on receipts is needed and the lease is a HOT update.
  *	- The purge deletes sent messages older than inbox.outbox_retention,
@@ -81,6 +84,7 @@ PG_FUNCTION_INFO_V1(inbox_outbox_wake);
 PG_FUNCTION_INFO_V1(inbox_outbox_generation);
 PG_FUNCTION_INFO_V1(inbox_outbox_sleep);
 PG_FUNCTION_INFO_V1(inbox_outbox_retention);
+PG_FUNCTION_INFO_V1(inbox_outbox_position_at);
 PG_FUNCTION_INFO_V1(inbox_outbox_limits);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_json);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_bytes);
@@ -123,6 +127,13 @@ outbox_init(void)
  */
 static uint64 last_v7_time = 0;
 
+/* Microseconds since 1970-01-01 00:00 UTC at t */
+static int64
+unix_micros(TimestampTz t)
+{
+	return t + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);
+}
+
 /*
  * inbox.uuid_v7() -> uuid: an RFC 9562 version 7 UUID.  Bytes 0-5 are the
  * Unix time in milliseconds, the 12 bits after the version the fraction of
@@ -132,8 +143,7 @@ static pg_uuid_t *
 new_uuid_v7(void)
 {
 	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
-	TimestampTz now = GetCurrentTimestamp();
-	int64		unix_us = now + ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC);
+	int64		unix_us = unix_micros(GetCurrentTimestamp());
 	uint64		t;
 	uint64		ms;
 	uint32		frac;
@@ -332,13 +342,15 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 
 /*
  * A send of a new id, in one statement: the key's position taken under its
- * row (held to commit: see sql/inbox.sql's banner), the message, and a
- * delivery per route of the topic, whose targets come back to be woken at
- * commit.
+ * row (held to commit: see sql/inbox.sql's banner), or the clock's reading
+ * for a key without a row, taken as the row is inserted; the message; and
+ * a delivery per route of the topic, whose targets come back to be woken
+ * at commit.
  */
 static const char *const send_sql =
 "WITH k AS ("
-" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2, 1)"
+" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2,"
+" inbox.outbox_position_at(pg_catalog.clock_timestamp()))"
 " ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1"
 " RETURNING k.last),"
 " m AS ("
@@ -767,6 +779,19 @@ inbox_outbox_retention(PG_FUNCTION_ARGS)
 
 	result->time = (int64) outbox_retention * USECS_PER_SEC;
 	PG_RETURN_INTERVAL_P(result);
+}
+
+/*
+ * inbox.outbox_position_at(t) -> bigint: microseconds since 1970 at t.  A
+ * key without a row in outbox_keys starts at the clock's reading, taken
+ * before the send's statement: above every position that a row the purge
+ * deleted had given (see sql/inbox.sql's banner).  C, as the send's
+ * statement calls it.
+ */
+Datum
+inbox_outbox_position_at(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(unix_micros(PG_GETARG_TIMESTAMPTZ(0)));
 }
 
 static SPIPlanPtr purge_plan = NULL;

@@ -56,7 +56,16 @@ sub fetch_result
 	}
 	$s->quit;
 	$out =~ s/fetch-done\r?\n//;
-	return join(',', split /\r?\n/, $out);
+	return join(',', map { relative($_) } split /\r?\n/, $out);
+}
+
+# "key#position", the position counted from the key's first (1): a key's
+# first position is the clock's reading
+sub relative
+{
+	my ($key, $position) = split /#/, shift;
+	my $first = $node->sql(qq{SELECT min(position) FROM inbox.outbox_messages WHERE key = '$key'});
+	return "$key#" . ($position - $first + 1);
 }
 
 # A commit wakes the waiting fetch; a rollback and another target's send do not
@@ -78,7 +87,8 @@ sub fetch_result
 # receipt is made from its lease's seed and address, as the fetch made it)
 {
 	my $receipt = $node->sql(q{
-		SELECT inbox.outbox_receipt(receipt, ctid) FROM inbox.outbox_deliveries WHERE key = 'k' AND position = 1});
+		SELECT inbox.outbox_receipt(receipt, ctid) FROM inbox.outbox_deliveries WHERE key = 'k'
+		   AND position = (SELECT min(position) FROM inbox.outbox_messages WHERE key = 'k')});
 	my ($s, $pid) = waiting_fetch('https://a.example/hook', 'ack');
 	my $started = time;
 	is($node->sql(qq{SELECT outbox_ack('$receipt')}), 't', 'ack: another session acknowledges the head');

@@ -42,7 +42,9 @@ END
 # --- the webhook sink ---------------------------------------------------------------
 #
 # One request at a time, keep-alive.  Each request is logged as a line:
-# "id key position signature status".  The first request of key k-fail is
+# "id key position signature status", the position counted from the
+# key's first (1), which is the first the sink sees of the key, since a
+# key's messages come in order.  The first request of key k-fail is
 # answered 500, the first of k-429 429 with Retry-After, every request for
 # k-404's first message 404; the first of key k-slow only after 6 seconds,
 # the first of k-timeout after 4.
@@ -54,7 +56,7 @@ my $http_port = $sink->sockport;
 $sink_pid = fork() // die "fork: $!";
 if ($sink_pid == 0)
 {
-	my %seen;
+	my (%seen, %base);
 	# A relay that gave up on an answer has closed its end
 	$SIG{PIPE} = 'IGNORE';
 	while (my $c = $sink->accept)
@@ -77,6 +79,8 @@ if ($sink_pid == 0)
 			my $sig = ($h{'webhook-signature'} // '') eq "v1,$expected" ? 'signed' : 'unsigned';
 			my $first = !$seen{$key}++;
 			my $position = $h{'outbox-position'} // '';
+			$base{$key} //= $position;
+			$position = $position - $base{$key} + 1 if $position ne '';
 			my $status = ($key eq 'k-fail' && $first) ? 500
 			  : ($key eq 'k-429' && $first) ? 429
 			  : ($key eq 'k-404' && $position eq '1') ? 404
@@ -85,7 +89,7 @@ if ($sink_pid == 0)
 			syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
 			sleep 6 if $key eq 'k-slow' && $first;
 			sleep 4 if $key eq 'k-timeout' && $first;
-			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $h{'outbox-position'} // '-',
+			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $position || '-',
 					$sig, $status, $body) . "\n");
 			close $log;
 			print $c "HTTP/1.1 $status X\r\n" . ($status == 429 ? "Retry-After: 1\r\n" : '')
@@ -122,6 +126,23 @@ else
 
 # The queue, declared before anything is published, and drained by pika
 sub pika { return InboxTest::amqp_queue($amqp_port, 'relay-test', @_) }
+
+# Lines "id key position ...", each position counted from the lowest of
+# its key among them (1): a key's first position is the clock's reading
+sub relative
+{
+	my %min;
+	for (@_)
+	{
+		my (undef, $k, $p) = split / /;
+		$min{$k} = $p if $p =~ /^\d+$/ && (!defined $min{$k} || $p < $min{$k});
+	}
+	return map {
+		my @f = split / /;
+		$f[2] = $f[2] - $min{ $f[1] } + 1 if $f[2] =~ /^\d+$/;
+		join ' ', @f
+	} @_;
+}
 pika('declare') if $have_rabbitmq;
 
 # --- the databases, the routes and the secrets ----------------------------------------
@@ -194,7 +215,8 @@ $node->sql(q{
 });
 my $held = qr/^k-(?:fail|429|404)#/;
 my %id_of = map { my ($k, $p, $id) = split /\|/; ("$k#$p" => $id) } split /\n/,
-  $node->sql('SELECT key, position, id FROM inbox.outbox_messages ORDER BY key, position');
+  $node->sql('SELECT key, position - min(position) OVER (PARTITION BY topic, key) + 1, id
+	FROM inbox.outbox_messages ORDER BY key, position');
 my $n = keys %id_of;
 is($n, 12, 'twelve messages committed, the rolled-back one not');
 ok(!(grep { /k1#3/ } keys %id_of), 'k1 has no third message');
@@ -225,7 +247,7 @@ is($downstream->safe_psql('postgres',
 # RabbitMQ: every message, persistent, under its id, with its headers
 if ($have_rabbitmq)
 {
-	my @got = pika('drain');
+	my @got = relative(pika('drain'));
 	is(scalar @got, $n, 'RabbitMQ got every message');
 	my %by = map { my @f = split / /; ("$f[1]#$f[2]" => [@f]) } @got;
 	ok((grep { $by{$_} && $by{$_}[0] eq $id_of{$_} } keys %id_of) == $n, 'each with its outbox id as message_id');
@@ -253,7 +275,9 @@ my @k429 = map { join '/', (split / /)[2, 4] } grep { / k-429 / } sink_lines();
 is("@k429", '1/429 1/200', 'k-429: answered 429, retried');
 my @k404 = map { join '/', (split / /)[2, 4] } grep { / k-404 / } sink_lines();
 is("@k404", '1/404 1/404 2/200', 'k-404: refused at both attempts, dead, then the next message');
-is($node->sql(qq{SELECT key || '#' || position || ' ' || last_error FROM outbox_dead_letters WHERE target = '$webhook'}),
+is($node->sql(qq{SELECT d.key || '#' || (d.position - min(m.position) + 1) || ' ' || d.last_error
+		FROM outbox_dead_letters AS d JOIN inbox.outbox_messages AS m USING (topic, key)
+		WHERE d.target = '$webhook' GROUP BY d.key, d.position, d.last_error}),
 	'k-404#1 HTTP 404', 'the refused message is a dead letter, with its error');
 
 # --- a relay killed between delivering and acknowledging ------------------------------
@@ -289,7 +313,8 @@ is($node->sql(q{SELECT count(*) FROM inbox.outbox_deliveries AS d JOIN inbox.out
 # is made again, and the inbox there takes it as a duplicate (its
 # delivery row, which the acknowledgement deleted, is written again)
 $node->sql(qq{INSERT INTO inbox.outbox_deliveries (id, target, topic, key, position)
-	SELECT id, '$pg_target', topic, key, position FROM inbox.outbox_messages WHERE key = 'k2' AND position = 1});
+	SELECT id, '$pg_target', topic, key, position FROM inbox.outbox_messages WHERE key = 'k2'
+	  AND position = (SELECT min(position) FROM inbox.outbox_messages WHERE key = 'k2')});
 ok(run_relay_once(), 'a relay delivers the unacknowledged message again');
 is($downstream->safe_psql('postgres', q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders'}),
 	$n + 1, 'the other database holds each message once (with k-slow)');
