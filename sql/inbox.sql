@@ -3405,7 +3405,7 @@ REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
  * a delivery whose message row keeps its send's: the only holes in a
  * key's positions in outbox_messages.  A key without a row starts at the
  * clock's reading in microseconds since 1970 (outbox_position_at), read
- * as the row is inserted: see Retention for why.  Sequences and
+ * for each row as it is inserted: see Retention for why.  Sequences and
  * transaction ids are
  * assigned before commit, and order by them can be other than the order
  * of the commits.  The lock is
@@ -3448,17 +3448,19 @@ REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
  * Retention: the purge (the worker and inbox_purge()) deletes messages
  * older than inbox.outbox_retention that no delivery waits for, in
  * batches of inbox.purge_batch_size.  Pending and dead messages stay.
- * With the message that holds its key's last position, it deletes the
- * key's row, unless a sender holds it (SKIP LOCKED) or the position is
- * not yet older than the retention on the clock's scale.  A later send
- * starts the key again from the clock, above every position the row gave:
- * those are at most the clock's reading at the row's last send (a key
- * takes fewer than one position a microsecond, each send of a key waiting
- * for the previous one's commit), and the purge deletes the row only when
- * that reading is older than the retention (at least a second), while a
- * new row's reading is taken at its insertion, which the purge's lock
- * delays, never hastens.  So a key's positions only grow, and the table
- * holds the keys that sent within the retention or still have messages.
+ * The message that holds its key's last position goes only together with
+ * the key's row, once that position is below the clock's reading of the
+ * retention ago (a message's age counts from its transaction's start, the
+ * position from its row's insertion); while a sender holds the row (SKIP
+ * LOCKED), both stay.  A later send starts the key again from the clock,
+ * above every position the row gave, all below the reading of the
+ * retention ago: a new row's reading is taken as the executor inserts it,
+ * at most moments before the insertion meets the purge's lock and waits
+ * for it, and the retention is at least a second.  So a key's positions
+ * only grow, as long as the clock does not step back by more than the
+ * retention, and the table holds the keys that sent within the retention
+ * or still have messages, and those whose last position a requeue took
+ * (no message holds it), until their next message goes.
  *
  * Topics are reserved to roles as scopes are: outbox_send and
  * outbox_send_many are entry points that check the scope grants for their
@@ -3814,7 +3816,7 @@ DECLARE
 	p_headers jsonb := outbox_send_many.headers;
 	n integer := coalesce(pg_catalog.cardinality(p_keys), 0);
 	ids uuid[];
-	first bigint;
+	counts jsonb;
 BEGIN
 	IF p_keys IS NULL OR p_payloads IS NULL THEN
 		RAISE EXCEPTION 'keys and payloads must not be null'
@@ -3840,9 +3842,13 @@ BEGIN
 	PERFORM inbox.outbox_check(p_topic, u.k, pg_catalog.pg_column_size(u.p))
 	   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads)) AS u(k, p);
 	ids := ARRAY(SELECT inbox.uuid_v7() FROM pg_catalog.generate_series(1, n));
-	-- A key without a row takes first .. first + c - 1; one with a row,
-	-- last + 1 .. last + c (c = EXCLUDED.last - first + 1)
-	first := inbox.outbox_position_at(pg_catalog.clock_timestamp());
+	-- c, the messages of each key: a key with a row takes last + 1 ..
+	-- last + c; one without, r .. r + c - 1, r the clock's reading, read
+	-- for each key as its row is inserted, after the waits for the keys
+	-- before it (see the banner)
+	counts := (SELECT pg_catalog.jsonb_object_agg(g.k, g.c)
+				 FROM (SELECT v.k, pg_catalog.count(*) AS c FROM pg_catalog.unnest(p_keys) AS v(k)
+						GROUP BY v.k) AS g);
 
 	WITH items AS (
 		SELECT u.i, u.k, u.p, ids[u.i] AS id,
@@ -3852,11 +3858,13 @@ BEGIN
 			   WITH ORDINALITY AS u(k, p, i)),
 	locked AS (
 		INSERT INTO inbox.outbox_keys AS k (topic, key, last)
-		SELECT p_topic, g.k, first OPERATOR(pg_catalog.+) g.c OPERATOR(pg_catalog.-) 1
+		SELECT p_topic, g.k,
+			   inbox.outbox_position_at(pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.+) g.c
+			   OPERATOR(pg_catalog.-) 1
 		  FROM (SELECT DISTINCT it.k COLLATE "C" AS k, it.c FROM items AS it
 				 ORDER BY 1) AS g
 		ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE
-		   SET last = k.last OPERATOR(pg_catalog.+) (EXCLUDED.last OPERATOR(pg_catalog.-) first OPERATOR(pg_catalog.+) 1)
+		   SET last = k.last OPERATOR(pg_catalog.+) (counts OPERATOR(pg_catalog.->>) EXCLUDED.key)::bigint
 		RETURNING k.key, k.last),
 	messages AS (
 		INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, headers)
@@ -3975,9 +3983,11 @@ $$;
  * inbox.outbox_purge(batch) -> bigint: delete at most batch messages
  * older than inbox.outbox_retention that every route delivered: no
  * delivery row is left (src/outbox.c).  A message with a pending or dead
- * delivery stays.  With a key's last message goes the key's row (see the
- * banner, Retention).  SKIP LOCKED: two purgers never wait for each
- * other, and the purge never waits for a sender.
+ * delivery stays.  A key's last message goes only with the key's row (see
+ * the banner, Retention): idle holds the rows that go, and a doomed
+ * message that is its key's last in the statement's snapshot goes only if
+ * its key is there.  SKIP LOCKED: two purgers never wait for each other,
+ * and the purge never waits for a sender.
  */
 CREATE FUNCTION inbox.outbox_purge(p_batch integer)
 RETURNS bigint
@@ -3985,25 +3995,32 @@ LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 	WITH doomed AS (
-		SELECT m.id FROM inbox.outbox_messages AS m
+		SELECT m.id, m.topic, m.key, m.position FROM inbox.outbox_messages AS m
 		 WHERE m.created_at OPERATOR(pg_catalog.<) (pg_catalog.now() OPERATOR(pg_catalog.-) inbox.outbox_retention())
 		   AND NOT EXISTS (SELECT FROM inbox.outbox_deliveries AS d
 							WHERE d.id OPERATOR(pg_catalog.=) m.id)
 		 ORDER BY m.created_at
 		 LIMIT p_batch
 		   FOR UPDATE SKIP LOCKED),
-	messages AS (
-		DELETE FROM inbox.outbox_messages AS m USING doomed
-		 WHERE m.id OPERATOR(pg_catalog.=) doomed.id
-		RETURNING m.topic, m.key, m.position),
 	idle AS (
 		SELECT k.topic, k.key FROM inbox.outbox_keys AS k
-		  JOIN messages AS ms ON k.topic OPERATOR(pg_catalog.=) ms.topic
-							 AND k.key OPERATOR(pg_catalog.=) ms.key
-		 WHERE k.last OPERATOR(pg_catalog.=) ms.position
+		  JOIN doomed AS dm ON k.topic OPERATOR(pg_catalog.=) dm.topic
+						   AND k.key OPERATOR(pg_catalog.=) dm.key
+		 WHERE k.last OPERATOR(pg_catalog.=) dm.position
 		   AND k.last OPERATOR(pg_catalog.<)
 			   inbox.outbox_position_at(pg_catalog.now() OPERATOR(pg_catalog.-) inbox.outbox_retention())
 		   FOR UPDATE OF k SKIP LOCKED),
+	messages AS (
+		DELETE FROM inbox.outbox_messages AS m USING doomed AS dm
+		 WHERE m.id OPERATOR(pg_catalog.=) dm.id
+		   AND (NOT EXISTS (SELECT FROM inbox.outbox_keys AS k
+							 WHERE k.topic OPERATOR(pg_catalog.=) dm.topic
+							   AND k.key OPERATOR(pg_catalog.=) dm.key
+							   AND k.last OPERATOR(pg_catalog.=) dm.position)
+				OR EXISTS (SELECT FROM idle
+							WHERE idle.topic OPERATOR(pg_catalog.=) dm.topic
+							  AND idle.key OPERATOR(pg_catalog.=) dm.key))
+		RETURNING 1),
 	keys AS (
 		DELETE FROM inbox.outbox_keys AS k USING idle
 		 WHERE k.topic OPERATOR(pg_catalog.=) idle.topic

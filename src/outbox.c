@@ -783,10 +783,10 @@ inbox_outbox_retention(PG_FUNCTION_ARGS)
 
 /*
  * inbox.outbox_position_at(t) -> bigint: microseconds since 1970 at t.  A
- * key without a row in outbox_keys starts at the clock's reading, taken
- * before the send's statement: above every position that a row the purge
- * deleted had given (see sql/inbox.sql's banner).  C, as the send's
- * statement calls it.
+ * key without a row in outbox_keys starts at clock_timestamp() read this
+ * way as the executor inserts the row: above every position that a row
+ * the purge deleted had given (see sql/inbox.sql's banner).  C, as every
+ * send's statement calls it.
  */
 Datum
 inbox_outbox_position_at(PG_FUNCTION_ARGS)
