@@ -3454,9 +3454,12 @@ REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
  * position from its row's insertion); while a sender holds the row (SKIP
  * LOCKED), both stay.  A later send starts the key again from the clock,
  * above every position the row gave, all below the reading of the
- * retention ago: a new row's reading is taken as the executor inserts it,
- * at most moments before the insertion meets the purge's lock and waits
- * for it, and the retention is at least a second.  So a key's positions
+ * retention ago: a new row's reading is taken as the executor builds the
+ * row, after the statement's waits for other keys, and before the
+ * insertion checks the key, where it can wait only for the purge's
+ * deletion, which began at most moments before, or for a sender that
+ * inserted the key's row and has not ended, while no other position of the
+ * key can commit; the retention is at least a second.  So a key's positions
  * only grow, as long as the clock does not step back by more than the
  * retention, and the table holds the keys that sent within the retention
  * or still have messages, and those whose last position a requeue took
@@ -3811,7 +3814,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	p_topic text := outbox_send_many.topic;
-	p_keys text[] := outbox_send_many.keys;
+	-- Keys are grouped byte by byte, whatever the caller's collation, as
+	-- they are stored
+	p_keys text[] COLLATE "C" := outbox_send_many.keys;
 	p_payloads jsonb[] := outbox_send_many.payloads;
 	p_headers jsonb := outbox_send_many.headers;
 	n integer := coalesce(pg_catalog.cardinality(p_keys), 0);
@@ -3980,17 +3985,17 @@ AS $$
 $$;
 
 /*
- * inbox.outbox_purge(batch) -> bigint: delete at most batch messages
- * older than inbox.outbox_retention that every route delivered: no
- * delivery row is left (src/outbox.c).  A message with a pending or dead
+ * inbox.outbox_purge(batch) -> (purged, examined): delete at most batch
+ * messages older than inbox.outbox_retention that every route delivered:
+ * no delivery row is left (src/outbox.c); examined counts those it
+ * considered, with the last messages it kept.  A message with a pending or dead
  * delivery stays.  A key's last message goes only with the key's row (see
  * the banner, Retention): idle holds the rows that go, and a doomed
  * message that is its key's last in the statement's snapshot goes only if
  * its key is there.  SKIP LOCKED: two purgers never wait for each other,
  * and the purge never waits for a sender.
  */
-CREATE FUNCTION inbox.outbox_purge(p_batch integer)
-RETURNS bigint
+CREATE FUNCTION inbox.outbox_purge(p_batch integer, OUT purged bigint, OUT examined bigint)
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4025,7 +4030,7 @@ AS $$
 		DELETE FROM inbox.outbox_keys AS k USING idle
 		 WHERE k.topic OPERATOR(pg_catalog.=) idle.topic
 		   AND k.key OPERATOR(pg_catalog.=) idle.key)
-	SELECT pg_catalog.count(*) FROM messages
+	SELECT (SELECT pg_catalog.count(*) FROM messages), (SELECT pg_catalog.count(*) FROM doomed)
 $$;
 
 /*

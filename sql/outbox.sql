@@ -405,6 +405,20 @@ SELECT key, count(outbox_ack(receipt)) AS acked FROM outbox_fetch('https://idle.
  GROUP BY key ORDER BY key;
 SELECT outbox_unroute('idle', 'https://idle.example/hook');
 
+-- A batch groups its keys byte by byte, as they are stored, whatever the
+-- caller's collation: under a case-insensitive one, ci and CI are still
+-- two keys, each with its own positions, each row's last held by its
+-- last message
+CREATE COLLATION regress.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+SELECT cardinality(outbox_send_many('collated', ARRAY['ci', 'CI'] COLLATE regress.ci,
+									 ARRAY['{"i": 1}', '{"i": 2}']::jsonb[])) AS sent;
+SELECT cardinality(outbox_send_many('collated', ARRAY['ci', 'CI', 'ci'] COLLATE regress.ci,
+									 ARRAY['{"i": 3}', '{"i": 4}', '{"i": 5}']::jsonb[])) AS again;
+SELECT m.key, regress.pos(m.topic, m.key, m.position) AS position, m.payload,
+	   k.last = max(m.position) OVER (PARTITION BY m.key) AS last_held
+  FROM inbox.outbox_messages AS m JOIN inbox.outbox_keys AS k USING (topic, key)
+ WHERE m.topic = 'collated' ORDER BY m.key, m.position;
+
 -- Two-phase commit: prepared, nothing to fetch; committed, there
 BEGIN;
 SELECT outbox_send('orders', 'o-2pc', '{"n": 1}'::jsonb) IS NOT NULL AS sent;

@@ -798,8 +798,12 @@ static SPIPlanPtr purge_plan = NULL;
 
 /*
  * Delete at most limit sent messages past inbox.outbox_retention; *more
- * says whether the batch was full.  Nothing in a database whose SQL has
- * no outbox (an older version): the function is looked up first.
+ * says whether the batch was full: limit messages considered, some
+ * deleted.  The purge keeps a key's last message while a sender holds the
+ * key's row, and considers it again in each batch, so a batch can fall
+ * short with more behind it; one that deleted nothing is the end.
+ * Nothing in a database whose SQL has no outbox (an older version): the
+ * function is looked up first.
  */
 int64
 inbox_outbox_purge_batch(int limit, bool *more)
@@ -808,17 +812,23 @@ inbox_outbox_purge_batch(int limit, bool *more)
 	Datum		values[1];
 	bool		isnull;
 	int64		purged;
+	int64		examined;
 
 	*more = false;
 	/* inbox_relid also answers InvalidOid without schema inbox */
 	if (limit <= 0 || !OidIsValid(inbox_relid("outbox_messages")))
 		return 0;
 	values[0] = Int32GetDatum(limit);
-	inbox_execute_plan(inbox_plan(&purge_plan, "SELECT inbox.outbox_purge($1)", 1, argtypes),
+	inbox_execute_plan(inbox_plan(&purge_plan,
+								  "SELECT p.purged, p.examined FROM inbox.outbox_purge($1) AS p",
+								  1, argtypes),
 					   values, NULL, SPI_OK_SELECT, "inbox.outbox_purge");
 	purged = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
 		purged = 0;
-	*more = purged >= limit;
+	examined = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	if (isnull)
+		examined = 0;
+	*more = examined >= limit && purged > 0;
 	return purged;
 }
