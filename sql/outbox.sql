@@ -408,8 +408,15 @@ SELECT outbox_unroute('idle', 'https://idle.example/hook');
 -- A batch groups its keys byte by byte, as they are stored, whatever the
 -- caller's collation: under a case-insensitive one, ci and CI are still
 -- two keys, each with its own positions, each row's last held by its
--- last message
-CREATE COLLATION regress.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+-- last message (a server built without ICU has no such collation: the
+-- same output there, from a deterministic one)
+DO $$
+BEGIN
+	CREATE COLLATION regress.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+EXCEPTION WHEN feature_not_supported THEN
+	CREATE COLLATION regress.ci FROM "C";
+END
+$$;
 SELECT cardinality(outbox_send_many('collated', ARRAY['ci', 'CI'] COLLATE regress.ci,
 									 ARRAY['{"i": 1}', '{"i": 2}']::jsonb[])) AS sent;
 SELECT cardinality(outbox_send_many('collated', ARRAY['ci', 'CI', 'ci'] COLLATE regress.ci,
