@@ -1262,11 +1262,10 @@ $$;
  * key's positions in outbox_messages.  A key without a row starts at the
  * clock's reading in microseconds since 1970 (outbox_position_at), read
  * for each row as it is inserted: see Retention for why.  Sequences and
- * transaction ids are
- * assigned before commit, and order by them can be other than the order
- * of the commits.  The lock is
- * released after the commit is visible, so any snapshot that sees a
- * key's position n sees every position before it.
+ * transaction ids are assigned before commit, and order by them can be
+ * other than the order of the commits.  The lock is released after the
+ * commit is visible, so any snapshot that sees a key's position n sees
+ * every position before it.
  *
  * Deadlocks: outbox_send_many locks its keys in one order (byte order of
  * the key), so two batches over the same keys never wait on each other
@@ -1314,12 +1313,12 @@ $$;
  * row, after the statement's waits for other keys, and before the
  * insertion checks the key, where it can wait only for the purge's
  * deletion, which began at most moments before, or for a sender that
- * inserted the key's row and has not ended, while no other position of the
- * key can commit; the retention is at least a second.  So a key's positions
- * only grow, as long as the clock does not step back by more than the
- * retention, and the table holds the keys that sent within the retention
- * or still have messages, and those whose last position a requeue took
- * (no message holds it), until their next message goes.
+ * inserted the key's row and has not ended, while no other position of
+ * the key can commit; the retention is at least a second.  So a key's
+ * positions only grow, as long as the clock does not step back by more
+ * than the retention, and the table holds the keys that sent within the
+ * retention or still have messages, and those whose last position a
+ * requeue took (no message holds it), until their next message goes.
  *
  * Topics are reserved to roles as scopes are: outbox_send and
  * outbox_send_many are entry points that check the scope grants for their
@@ -1714,7 +1713,7 @@ BEGIN
 	WITH items AS (
 		SELECT u.i, u.k, u.p, ids[u.i] AS id,
 			   pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS r,
-			   pg_catalog.count(*) OVER (PARTITION BY u.k) AS c
+			   (counts OPERATOR(pg_catalog.->>) u.k)::bigint AS c
 		  FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads))
 			   WITH ORDINALITY AS u(k, p, i)),
 	locked AS (
@@ -1844,12 +1843,12 @@ $$;
  * inbox.outbox_purge(batch) -> (purged, examined): delete at most batch
  * messages older than inbox.outbox_retention that every route delivered:
  * no delivery row is left (src/outbox.c); examined counts those it
- * considered, with the last messages it kept.  A message with a pending or dead
- * delivery stays.  A key's last message goes only with the key's row (see
- * the banner, Retention): idle holds the rows that go, and a doomed
- * message that is its key's last in the statement's snapshot goes only if
- * its key is there.  SKIP LOCKED: two purgers never wait for each other,
- * and the purge never waits for a sender.
+ * considered, with the last messages it kept.  A message with a pending
+ * or dead delivery stays.  A key's last message goes only with the key's
+ * row (see the banner, Retention): idle holds the rows that go, and a
+ * doomed message that is its key's last in the statement's snapshot goes
+ * only if its key is there.  SKIP LOCKED: two purgers never wait for each
+ * other, and the purge never waits for a sender.
  */
 CREATE FUNCTION inbox.outbox_purge(p_batch integer, OUT purged bigint, OUT examined bigint)
 LANGUAGE sql VOLATILE
