@@ -3713,6 +3713,23 @@ $$;
 -- The implementations
 
 /*
+ * The next position of a key, taken under its row, held until the
+ * transaction ends, or the clock's reading for a key without a row (see
+ * the banner): outbox_write's and outbox_requeue's.  The send
+ * (src/outbox.c) and outbox_send_many take it within their one statement.
+ */
+CREATE FUNCTION inbox.outbox_next_position(p_topic text, p_key text)
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	INSERT INTO inbox.outbox_keys AS k (topic, key, last)
+	VALUES (p_topic, p_key, inbox.outbox_position_at(pg_catalog.clock_timestamp()))
+	ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
+	RETURNING k.last
+$$;
+
+/*
  * inbox.outbox_write: a send with the caller's id p_id (see the banner;
  * src/outbox.c sends a new id itself).  An id that exists already is the
  * same send again when its topic, key, payload and headers are the same:
@@ -3738,10 +3755,7 @@ BEGIN
 		PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
 		RETURN p_id;
 	END IF;
-	INSERT INTO inbox.outbox_keys AS k (topic, key, last)
-	VALUES (p_topic, p_key, inbox.outbox_position_at(pg_catalog.clock_timestamp()))
-	ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
-	RETURNING k.last INTO pos;
+	pos := inbox.outbox_next_position(p_topic, p_key);
 	INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, payload_bytes, headers)
 	VALUES (p_id, p_topic, p_key, pos, p_payload, p_bytes, p_headers)
 	ON CONFLICT ON CONSTRAINT outbox_messages_pkey DO NOTHING;
@@ -4441,10 +4455,7 @@ BEGIN
 	IF FOUND THEN
 		-- The key's next position, taken under its row as a send takes one
 		-- (the purge may have deleted the row: the clock then starts it)
-		INSERT INTO inbox.outbox_keys AS k (topic, key, last)
-		VALUES (p_topic, p_key, inbox.outbox_position_at(pg_catalog.clock_timestamp()))
-		ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1
-		RETURNING k.last INTO pos;
+		pos := inbox.outbox_next_position(p_topic, p_key);
 		PERFORM inbox.outbox_wake(d.target) FROM inbox.outbox_deliveries AS d
 		 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char";
 		UPDATE inbox.outbox_deliveries AS d
@@ -4559,6 +4570,7 @@ COMMENT ON VIEW @extschema@.outbox_routes IS 'the outbox routes: which target ea
 
 REVOKE ALL ON FUNCTION inbox.uuid_v7() FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_position_at(timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_next_position(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;
