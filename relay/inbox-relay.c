@@ -69,6 +69,7 @@ static int	nonly_targets;
 static int	batch = 100;
 static int	lease_seconds = 30;
 int			relay_timeout = 0;	/* 0: the default, see main() */
+int			relay_http_connections = 16;
 static int	wait_seconds = 10;
 static int	refresh_seconds = 30;
 static bool once;
@@ -827,6 +828,7 @@ usage(void)
 		   "  --lease=SECONDS     how long a fetched message is the relay's (default 30)\n"
 		   "  --timeout=SECONDS   how long a target may take to confirm a message; shorter\n"
 		   "                      than the lease (default 30, or the lease less 1 second)\n"
+		   "  --connections=N     requests in flight at once to an HTTP target (default 16)\n"
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
 		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
 		   "  --once              deliver what is pending, then exit\n"
@@ -859,6 +861,7 @@ main(int argc, char **argv)
 		{"batch", required_argument, NULL, 'b'},
 		{"lease", required_argument, NULL, 'l'},
 		{"timeout", required_argument, NULL, 'T'},
+		{"connections", required_argument, NULL, 'c'},
 		{"wait", required_argument, NULL, 'w'},
 		{"refresh", required_argument, NULL, 'r'},
 		{"once", no_argument, NULL, 'o'},
@@ -897,6 +900,9 @@ main(int argc, char **argv)
 				break;
 			case 'T':
 				relay_timeout = int_option("timeout", optarg, 1, 86400);
+				break;
+			case 'c':
+				relay_http_connections = int_option("connections", optarg, 1, 1000);
 				break;
 			case 'w':
 				wait_seconds = int_option("wait", optarg, 1, 60);

@@ -60,8 +60,9 @@ typedef struct RelayTarget RelayTarget;
 
 /*
  * Each transport: open(url, secret), where secret is the target's line of
- * the secrets file or NULL; deliver() one message, or deliver_batch() a
- * batch (one of the two; deliver_batch is used when there is one);
+ * the secrets file or NULL; deliver() one message, or start_batch() and
+ * finish_batch() a batch (one of the two; the batch pair is used when there
+ * is one);
  * close().  open() returns NULL and fills error when the target cannot
  * be reached or the URL is wrong.
  */
@@ -93,6 +94,8 @@ extern const RelayTransport relay_postgres;
 /* Helpers the transports share (inbox-relay.c) */
 /* How long a target may take to confirm a message, in seconds (--timeout) */
 extern int	relay_timeout;
+/* How many requests may be in flight at once to an HTTP target (--connections) */
+extern int	relay_http_connections;
 
 extern void relay_log(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern char *relay_url_param(const char *url, const char *name);

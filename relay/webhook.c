@@ -11,6 +11,12 @@
  * (application/octet-stream).  Outbox-Topic, Outbox-Key and
  * Outbox-Position say where it comes from.
  *
+ * A batch's requests go at once, through one multi handle whose
+ * connections are kept between batches, at most relay_http_connections of
+ * them in flight: the messages of a batch are of different keys, so
+ * nothing orders them.  Each request and the batch as a whole end within
+ * relay_timeout, shorter than the lease.
+ *
  * A 2xx answer is a delivery.  408, 429 and 5xx, and every failure to get
  * an answer, are retried (after Retry-After when the answer gives one, in
  * seconds); any other answer is refused: the message is dead once its
@@ -25,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/time.h>
 
 #include <curl/curl.h>
 #include <openssl/evp.h>
@@ -32,12 +39,34 @@
 
 #include "relay.h"
 
+/* One request of a started batch */
+typedef struct Request
+{
+	CURL	   *curl;
+	struct curl_slist *headers;
+	RelayResult *result;		/* the batch's slot for this message */
+	char	   *error;
+	int		   *retry_after;
+	bool		done;
+} Request;
+
+/* A started batch: its requests, and when it must have been answered */
+typedef struct OpenBatch
+{
+	Request    *requests;
+	int			n;
+	int			pending;		/* requests not answered yet */
+	struct timeval deadline;
+} OpenBatch;
+
 struct RelayTarget
 {
-	CURL	   *curl;			/* kept, so that its connection is reused */
+	CURLM	   *multi;			/* kept, so that its connections are reused */
 	char	   *url;
 	unsigned char *key;			/* the signing key, or NULL */
 	int			key_len;
+	OpenBatch  *open[RELAY_WINDOW]; /* oldest first */
+	int			nopen;
 };
 
 static RelayTarget *
@@ -53,8 +82,8 @@ webhook_open(const char *url, const char *secret, char *error)
 	}
 	t = calloc(1, sizeof(RelayTarget));
 	t->url = strdup(url);
-	t->curl = curl_easy_init();
-	if (t->curl == NULL)
+	t->multi = curl_multi_init();
+	if (t->multi == NULL)
 	{
 		snprintf(error, RELAY_ERROR_SIZE, "libcurl could not start");
 		free(t->url);
@@ -70,7 +99,7 @@ webhook_open(const char *url, const char *secret, char *error)
 		if (t->key_len < 0)
 		{
 			snprintf(error, RELAY_ERROR_SIZE, "the signing secret is not base64 after \"whsec_\"");
-			curl_easy_cleanup(t->curl);
+			curl_multi_cleanup(t->multi);
 			free(t->key);
 			free(t->url);
 			free(t);
@@ -83,6 +112,12 @@ webhook_open(const char *url, const char *secret, char *error)
 			len--;
 		}
 	}
+	/*
+	 * At most relay_http_connections requests at once; HTTP/2 multiplexes
+	 * them over fewer connections where the target speaks it.
+	 */
+	curl_multi_setopt(t->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) relay_http_connections);
+	curl_multi_setopt(t->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) relay_http_connections);
 	return t;
 }
 
@@ -124,23 +159,21 @@ add_header(struct curl_slist *list, const char *name, const char *value)
 	return curl_slist_append(list, line);
 }
 
-static RelayResult
-webhook_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
+/* Prepare the request of message m, and add it to the target's transfers */
+static void
+request_start(RelayTarget *t, const RelayMessage *m, Request *q)
 {
-	struct curl_slist *headers = NULL;
 	char		stamp[32];
-	CURLcode	rc;
-	long		status = 0;
 
 	snprintf(stamp, sizeof(stamp), "%lld", (long long) time(NULL));
-	headers = add_header(headers, "Content-Type", m->binary ? "application/octet-stream" : "application/json");
-	headers = add_header(headers, "Idempotency-Key", m->id);
-	headers = add_header(headers, "webhook-id", m->id);
-	headers = add_header(headers, "webhook-timestamp", stamp);
-	headers = add_header(headers, "Outbox-Topic", m->topic);
-	headers = add_header(headers, "Outbox-Key", m->key);
-	headers = add_header(headers, "Outbox-Position", m->position);
-	headers = curl_slist_append(headers, "Expect:");
+	q->headers = add_header(q->headers, "Content-Type", m->binary ? "application/octet-stream" : "application/json");
+	q->headers = add_header(q->headers, "Idempotency-Key", m->id);
+	q->headers = add_header(q->headers, "webhook-id", m->id);
+	q->headers = add_header(q->headers, "webhook-timestamp", stamp);
+	q->headers = add_header(q->headers, "Outbox-Topic", m->topic);
+	q->headers = add_header(q->headers, "Outbox-Key", m->key);
+	q->headers = add_header(q->headers, "Outbox-Position", m->position);
+	q->headers = curl_slist_append(q->headers, "Expect:");
 	if (t->key != NULL)
 	{
 		size_t		signed_len = strlen(m->id) + strlen(stamp) + 2 + m->body_len;
@@ -156,47 +189,186 @@ webhook_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_a
 		HMAC(EVP_sha256(), t->key, t->key_len, to_sign, signed_len, mac, &mac_len);
 		EVP_EncodeBlock(b64, mac, (int) mac_len);
 		snprintf(signature, sizeof(signature), "v1,%s", b64);
-		headers = add_header(headers, "webhook-signature", signature);
+		q->headers = add_header(q->headers, "webhook-signature", signature);
 		free(to_sign);
 	}
 
-	curl_easy_reset(t->curl);
-	curl_easy_setopt(t->curl, CURLOPT_URL, t->url);
-	curl_easy_setopt(t->curl, CURLOPT_POST, 1L);
-	curl_easy_setopt(t->curl, CURLOPT_POSTFIELDS, m->body);
-	curl_easy_setopt(t->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) m->body_len);
-	curl_easy_setopt(t->curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(t->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(t->curl, CURLOPT_CONNECTTIMEOUT, (long) relay_timeout);
-	curl_easy_setopt(t->curl, CURLOPT_TIMEOUT, (long) relay_timeout);
-	curl_easy_setopt(t->curl, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(t->curl, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(t->curl, CURLOPT_HEADERDATA, retry_after);
-	curl_easy_setopt(t->curl, CURLOPT_WRITEFUNCTION, discard);
-	rc = curl_easy_perform(t->curl);
-	curl_slist_free_all(headers);
+	q->curl = curl_easy_init();
+	if (q->curl == NULL)
+	{
+		snprintf(q->error, RELAY_ERROR_SIZE, "libcurl could not start a request");
+		*q->result = RELAY_RETRY;
+		q->done = true;
+		return;
+	}
+	curl_easy_setopt(q->curl, CURLOPT_PRIVATE, q);
+	curl_easy_setopt(q->curl, CURLOPT_URL, t->url);
+	curl_easy_setopt(q->curl, CURLOPT_POST, 1L);
+	/* Copied: the batch's messages may be freed before the request ends */
+	curl_easy_setopt(q->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) m->body_len);
+	curl_easy_setopt(q->curl, CURLOPT_COPYPOSTFIELDS, m->body);
+	curl_easy_setopt(q->curl, CURLOPT_HTTPHEADER, q->headers);
+	curl_easy_setopt(q->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(q->curl, CURLOPT_CONNECTTIMEOUT, (long) relay_timeout);
+	curl_easy_setopt(q->curl, CURLOPT_TIMEOUT, (long) relay_timeout);
+	curl_easy_setopt(q->curl, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(q->curl, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(q->curl, CURLOPT_HEADERDATA, q->retry_after);
+	curl_easy_setopt(q->curl, CURLOPT_WRITEFUNCTION, discard);
+	if (curl_multi_add_handle(t->multi, q->curl) != CURLM_OK)
+	{
+		snprintf(q->error, RELAY_ERROR_SIZE, "libcurl could not start a request");
+		*q->result = RELAY_RETRY;
+		q->done = true;
+	}
+}
+
+/* The outcome of an ended request, from libcurl's code and the status */
+static void
+request_end(Request *q, CURLcode rc)
+{
+	long		status = 0;
+
+	q->done = true;
 	if (rc != CURLE_OK)
 	{
-		snprintf(error, RELAY_ERROR_SIZE, "no answer: %s", curl_easy_strerror(rc));
-		return RELAY_RETRY;
+		snprintf(q->error, RELAY_ERROR_SIZE, "no answer: %s", curl_easy_strerror(rc));
+		*q->result = RELAY_RETRY;
+		return;
 	}
-	curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(q->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (status >= 200 && status < 300)
-		return RELAY_DELIVERED;
-	snprintf(error, RELAY_ERROR_SIZE, "HTTP %ld", status);
+	{
+		*q->result = RELAY_DELIVERED;
+		return;
+	}
+	snprintf(q->error, RELAY_ERROR_SIZE, "HTTP %ld", status);
 	if (status == 408 || status == 429 || status >= 500 || status < 400)
-		return RELAY_RETRY;
-	return RELAY_REFUSED;
+		*q->result = RELAY_RETRY;
+	else
+		*q->result = RELAY_REFUSED;
+}
+
+/*
+ * Let libcurl move every started request on, and record those that
+ * ended, in whichever open batch.
+ */
+static void
+progress(RelayTarget *t)
+{
+	CURLMsg    *msg;
+	int			running;
+	int			left;
+
+	curl_multi_perform(t->multi, &running);
+	while ((msg = curl_multi_info_read(t->multi, &left)) != NULL)
+	{
+		Request    *q = NULL;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &q);
+		if (q == NULL || q->done)
+			continue;
+		request_end(q, msg->data.result);
+		for (int b = 0; b < t->nopen; b++)
+			if (q >= t->open[b]->requests && q < t->open[b]->requests + t->open[b]->n)
+				t->open[b]->pending--;
+	}
+}
+
+/*
+ * Send a batch: its requests all start at once, each a message of its own
+ * key (a batch never holds two of one key), at most relay_http_connections
+ * of them in flight.  Their outcomes stay RELAY_DOWN until finish_batch
+ * fills them.
+ */
+static void
+webhook_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
+					char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+{
+	OpenBatch  *o = calloc(1, sizeof(OpenBatch));
+
+	o->requests = calloc(n, sizeof(Request));
+	o->n = n;
+	gettimeofday(&o->deadline, NULL);
+	o->deadline.tv_sec += relay_timeout;
+	t->open[t->nopen++] = o;
+	for (int i = 0; i < n; i++)
+	{
+		Request    *q = &o->requests[i];
+
+		q->result = &results[i];
+		q->error = errors[i];
+		q->retry_after = &retry_after[i];
+		results[i] = RELAY_DOWN;
+		request_start(t, &m[i], q);
+		if (!q->done)
+			o->pending++;
+	}
+	progress(t);
+}
+
+/*
+ * Wait for the answers to the oldest started batch, recording those of
+ * later ones that arrive meanwhile.  The batch ends within --timeout of
+ * its start, shorter than the lease: a request still queued or unanswered
+ * then is given up on, to be retried.
+ */
+static void
+webhook_finish_batch(RelayTarget *t)
+{
+	OpenBatch  *o = t->open[0];
+
+	while (o->pending > 0)
+	{
+		struct timeval now,
+					left;
+		long		ms;
+
+		gettimeofday(&now, NULL);
+		timersub(&o->deadline, &now, &left);
+		if (left.tv_sec < 0)
+			break;
+		ms = left.tv_sec * 1000L + left.tv_usec / 1000 + 1;
+		curl_multi_poll(t->multi, NULL, 0, (int) (ms < 1000 ? ms : 1000), NULL);
+		progress(t);
+	}
+	for (int i = 0; i < o->n; i++)
+	{
+		Request    *q = &o->requests[i];
+
+		if (!q->done)
+		{
+			snprintf(q->error, RELAY_ERROR_SIZE, "no answer: within --timeout (%d s) of the batch's start",
+					 relay_timeout);
+			*q->result = RELAY_RETRY;
+		}
+		if (q->curl != NULL)
+		{
+			curl_multi_remove_handle(t->multi, q->curl);
+			curl_easy_cleanup(q->curl);
+		}
+		curl_slist_free_all(q->headers);
+	}
+	free(o->requests);
+	free(o);
+	t->nopen--;
+	memmove(&t->open[0], &t->open[1], t->nopen * sizeof(OpenBatch *));
 }
 
 static void
 webhook_close(RelayTarget *t)
 {
-	curl_easy_cleanup(t->curl);
+	while (t->nopen > 0)
+		webhook_finish_batch(t);
+	curl_multi_cleanup(t->multi);
 	free(t->key);
 	free(t->url);
 	free(t);
 }
 
-const RelayTransport relay_http = {"http://", webhook_open, webhook_deliver, NULL, NULL, webhook_close};
-const RelayTransport relay_https = {"https://", webhook_open, webhook_deliver, NULL, NULL, webhook_close};
+const RelayTransport relay_http = {"http://", webhook_open, NULL,
+	webhook_start_batch, webhook_finish_batch, webhook_close};
+const RelayTransport relay_https = {"https://", webhook_open, NULL,
+	webhook_start_batch, webhook_finish_batch, webhook_close};

@@ -9,14 +9,16 @@
 # a relay killed between delivering and acknowledging leaves the message
 # to be delivered again under the same id, which the other database's
 # inbox then takes as a duplicate; a webhook that answers later than the
-# relay's --timeout gets the message again, under the same id; a running
-# relay is woken by a send's commit and stops cleanly on SIGTERM.
+# relay's --timeout gets the message again, under the same id; the
+# requests of a batch are in flight together, at most --connections; a
+# running relay is woken by a send's commit and stops cleanly on SIGTERM.
 use strict;
 use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use InboxTest;
 use Digest::SHA qw(hmac_sha256_base64);
+use Fcntl;
 use IO::Socket::INET;
 use IPC::Run;
 use MIME::Base64 qw(encode_base64);
@@ -34,33 +36,70 @@ my ($sink_pid, $broker_pgid, @relays);
 END
 {
 	local $?;
-	kill 'KILL', $sink_pid if $sink_pid;
+	kill 'KILL', -$sink_pid if $sink_pid;
 	kill 'KILL', -$broker_pgid if $broker_pgid;
 	kill 'KILL', -$_ for @relays;
 }
 
 # --- the webhook sink ---------------------------------------------------------------
 #
-# One request at a time, keep-alive.  Each request is logged as a line:
+# A process per connection, keep-alive, so that requests the relay sends
+# at once are served at once.  Each request is logged as a line:
 # "id key position signature status", the position counted from the
 # key's first (1), which is the first the sink sees of the key, since a
 # key's messages come in order.  The first request of key k-fail is
 # answered 500, the first of k-429 429 with Retry-After, every request for
 # k-404's first message 404; the first of key k-slow only after 6 seconds,
-# the first of k-timeout after 4.
+# the first of k-timeout after 4, and each of the keys k-par-* after 1.
+# What the processes share (how often each key was seen, its first
+# position, the k-par-* requests in flight and their most at once) is in
+# files under $tmp/sink, changed under a lock.
 my $signing_key = 'relay-test-signing-key-0123456789';
 my $sink_log = "$tmp/sink.log";
-my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, ReuseAddr => 1)
+my $sink_dir = "$tmp/sink";
+mkdir $sink_dir or die "mkdir: $!";
+my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 128, ReuseAddr => 1)
   or die "listen: $!";
 my $http_port = $sink->sockport;
+
+# Under the sink's lock: $change->(value) of the shared value $name
+sub sink_shared
+{
+	my ($name, $change) = @_;
+	open(my $lock, '>>', "$sink_dir/lock") or die "lock: $!";
+	flock($lock, Fcntl::LOCK_EX()) or die "flock: $!";
+	my $file = "$sink_dir/" . unpack('H*', $name);
+	my $old = -e $file ? slurp_file($file) : undef;
+	my $new = $change->($old);
+	open(my $out, '>', $file) or die "write: $!";
+	print $out $new;
+	close $out;
+	close $lock;
+	return $new;
+}
+
+sub sink_value
+{
+	my ($name) = @_;
+	my $file = "$sink_dir/" . unpack('H*', $name);
+	return -e $file ? slurp_file($file) : undef;
+}
+
 $sink_pid = fork() // die "fork: $!";
 if ($sink_pid == 0)
 {
-	my (%seen, %base);
+	setpgrp(0, 0);
 	# A relay that gave up on an answer has closed its end
 	$SIG{PIPE} = 'IGNORE';
+	$SIG{CHLD} = 'IGNORE';
 	while (my $c = $sink->accept)
 	{
+		my $child = fork() // die "fork: $!";
+		if ($child != 0)
+		{
+			close $c;
+			next;
+		}
 		while (defined(my $line = <$c>))
 		{
 			my %h;
@@ -77,10 +116,10 @@ if ($sink_pid == 0)
 			my $expected = hmac_sha256_base64("$h{'webhook-id'}.$h{'webhook-timestamp'}.$body", $signing_key);
 			$expected .= '=' while length($expected) % 4;
 			my $sig = ($h{'webhook-signature'} // '') eq "v1,$expected" ? 'signed' : 'unsigned';
-			my $first = !$seen{$key}++;
+			my $first = sink_shared("seen $key", sub { ($_[0] // 0) + 1 }) == 1;
 			my $position = $h{'outbox-position'} // '';
-			$base{$key} //= $position;
-			$position = $position - $base{$key} + 1 if $position ne '';
+			my $base = sink_shared("base $key", sub { $_[0] // $position });
+			$position = $position - $base + 1 if $position ne '';
 			my $status = ($key eq 'k-fail' && $first) ? 500
 			  : ($key eq 'k-429' && $first) ? 429
 			  : ($key eq 'k-404' && $position eq '1') ? 404
@@ -89,6 +128,13 @@ if ($sink_pid == 0)
 			syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
 			sleep 6 if $key eq 'k-slow' && $first;
 			sleep 4 if $key eq 'k-timeout' && $first;
+			if ($key =~ /^k-par-/)
+			{
+				my $now = sink_shared('par in flight', sub { ($_[0] // 0) + 1 });
+				sink_shared('par most', sub { ($_[0] // 0) > $now ? $_[0] : $now });
+				sleep 1;
+				sink_shared('par in flight', sub { $_[0] - 1 });
+			}
 			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $position || '-',
 					$sig, $status, $body) . "\n");
 			close $log;
@@ -96,6 +142,7 @@ if ($sink_pid == 0)
 			  . "Content-Length: 0\r\n\r\n";
 		}
 		close $c;
+		POSIX::_exit(0);
 	}
 	POSIX::_exit(0);
 }
@@ -460,15 +507,42 @@ ok($done, 'a message whose webhook answered too late is delivered at its next at
 kill 'TERM', $impatient;
 waitpid($impatient, 0);
 @relays = grep { $_ != $impatient } @relays;
-my @late = map { (split / /)[0] } grep { / k-timeout / } sink_lines();
+# The sink logs the first request once it answers it, after its 4 seconds
+my @late;
+for (1 .. 600)
+{
+	@late = map { (split / /)[0] } grep { / k-timeout / } sink_lines();
+	last if @late >= 2;
+	sleep 0.1;
+}
 ok(@late == 2 && $late[0] eq $late[1]
 	  && $late[0] eq $node->sql(q{SELECT id FROM inbox.outbox_messages WHERE key = 'k-timeout'}),
 	'the webhook got it twice, under the same id')
   or diag(join("\n", @late));
-like(slurp_file("$tmp/relay.log"), qr/k-timeout.*not delivered: no answer: Timeout was reached/,
+like(slurp_file("$tmp/relay.log"), qr/k-timeout.*not delivered: no answer/,
 	'the relay says the webhook did not answer in time');
 my $late_failures = () = slurp_file("$tmp/relay.log") =~ /k-timeout[^\n]*not delivered/g;
 is($late_failures, 1, 'in two attempts: one that failed, and the delivery');
+
+# --- requests at once ----------------------------------------------------------------
+# A batch holds one message per key, so the relay sends its requests at
+# once, at most --connections of them: the sink holds each k-par-*
+# request for a second, and counts how many it holds at once.
+sub par_most
+{
+	my ($from, $to, @options) = @_;
+	sink_shared('par most', sub { 0 });
+	$node->sql(join '',
+		map { "SELECT outbox_send('orders', 'k-par-$_', '{\"n\": 1}'::jsonb);\n" } $from .. $to);
+	ok(run_relay_once('--lease=60', "--target=$webhook", @options),
+		"inbox-relay --once @options delivers k-par-$from to k-par-$to");
+	return sink_value('par most');
+}
+my $most = par_most(1, 6, '--connections=3');
+ok($most >= 2 && $most <= 3, 'a batch\'s requests are in flight together, at most --connections')
+  or diag("at most $most at once");
+is(par_most(7, 9, '--connections=1'), 1, 'with --connections=1, one at a time');
+is(scalar(grep { / k-par-\d+ 1 signed 200 / } sink_lines()), 9, 'each k-par-* message delivered once');
 
 # --- a running relay: woken by a commit, stopped by SIGTERM ----------------------------
 my $running = start_relay('--wait=30', "--target=$webhook");
