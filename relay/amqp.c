@@ -60,6 +60,7 @@ typedef struct OpenBatch
 	bool	   *settled;
 	RelayResult *results;
 	char		(*errors)[RELAY_ERROR_SIZE];
+	struct timeval deadline;	/* --timeout after it was published */
 } OpenBatch;
 
 struct RelayTarget
@@ -361,32 +362,32 @@ amqp_target_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResul
 		o->published++;
 	}
 	o->unsettled = o->published;
+	gettimeofday(&o->deadline, NULL);
+	o->deadline.tv_sec += relay_timeout;
 	t->open[t->nopen++] = o;
 }
 
 /*
  * Wait for the confirmations of the oldest open batch, noting those of
  * later ones that arrive meanwhile.  What is unconfirmed at the end (the
- * connection broke, or no answer in time) stays RELAY_DOWN.
+ * connection broke, or no answer within --timeout of the batch's
+ * publication) stays RELAY_DOWN.
  */
 static void
 amqp_target_finish_batch(RelayTarget *t)
 {
 	OpenBatch  *o = t->open[0];
-	struct timeval deadline,
-				now;
+	struct timeval now;
 	int			i,
 				rc;
 
-	gettimeofday(&deadline, NULL);
-	deadline.tv_sec += relay_timeout;
 	while (o->unsettled > 0 && t->broken == NULL)
 	{
 		amqp_frame_t frame;
 		struct timeval left;
 
 		gettimeofday(&now, NULL);
-		timersub(&deadline, &now, &left);
+		timersub(&o->deadline, &now, &left);
 		if (left.tv_sec < 0)
 		{
 			t->broken = "no confirmation from the broker in time";
@@ -451,6 +452,6 @@ amqp_target_finish_batch(RelayTarget *t)
 }
 
 const RelayTransport relay_amqp = {"amqp://", amqp_target_open, NULL,
-	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL};
 const RelayTransport relay_amqps = {"amqps://", amqp_target_open, NULL,
-	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL};

@@ -15,8 +15,8 @@
  * and a relay that dies leaves its leased messages to the next fetch
  * after the lease, to be delivered again under the same id (at least
  * once; the id makes the copy harmless downstream).  A target that has
- * not answered within --timeout, shorter than the lease, is given up on
- * before another relay could take the message.
+ * not answered within --timeout (by default half the lease less a second:
+ * see main()) is given up on before another relay could take the message.
  *
  * One process per target: the parent reads the targets (outbox_targets(),
  * or those named by --target), starts a child for each, starts a child
@@ -652,7 +652,9 @@ deliver_target(const char *target)
 		relay_log("no transport for this target: amqp://, amqps://, http://, https:// and postgresql:// are known");
 		return 2;
 	}
-	snprintf(batch_s, sizeof(batch_s), "%d", batch);
+	snprintf(batch_s, sizeof(batch_s), "%d",
+			 r.transport->batch_limit != NULL && r.transport->batch_limit() < batch ?
+			 r.transport->batch_limit() : batch);
 	snprintf(lease_s, sizeof(lease_s), "%d seconds", lease_seconds);
 	snprintf(wait_s, sizeof(wait_s), "%d seconds", wait_seconds);
 
@@ -666,6 +668,7 @@ deliver_target(const char *target)
 		bool		was_idle = r.nwindow == 0 && !r.prefetching;
 		bool		stop = false;
 		bool		fetched;
+		bool		prefetch;
 
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
@@ -678,7 +681,8 @@ deliver_target(const char *target)
 				status = 1;
 				break;
 			}
-			relay_log("connected to the database; delivering");
+			relay_log("connected to the database; delivering (batches of %s, lease %d s, timeout %d s)",
+					  batch_s, lease_seconds, relay_timeout);
 		}
 		if (r.prefetching || (!stopping && r.conn != NULL))
 		{
@@ -736,23 +740,12 @@ deliver_target(const char *target)
 			}
 		}
 		fetched = res != NULL;
+		prefetch = false;
 		if (fetched)
 		{
 			Batch	   *b = batch_read(r.conn, res);
 
-			/*
-			 * A transport that confirms batches later gets the next one
-			 * fetched while it sends this one: the fetch leases other keys
-			 * only, those of the batches in flight being leased already.
-			 * Not with one that delivers message by message, which may take
-			 * long enough for the next batch's leases to run out.
-			 */
-			if (r.transport->start_batch != NULL && !stopping && b->readable)
-			{
-				params[3] = NULL;
-				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
-												  NULL, NULL, 0) == 1;
-			}
+			prefetch = r.transport->start_batch != NULL && !stopping && b->readable;
 			batch_deliver(&r, b);
 		}
 		else if (stop || (once && was_idle))
@@ -770,6 +763,25 @@ deliver_target(const char *target)
 		while (r.nwindow > 0 &&
 			   (r.nwindow == RELAY_WINDOW || !fetched || stopping))
 			window_finish_oldest(&r);
+
+		/*
+		 * A transport that confirms batches later gets the next batch
+		 * fetched while this one is in flight: the fetch leases other keys
+		 * only, those of the batches in flight being leased already.  It
+		 * is sent once the window has room, so that the batch it leases is
+		 * started as soon as it arrives: a lease then begins at most one
+		 * fetch before its batch starts, and its messages are answered
+		 * within --timeout of the start (of a request's start, for HTTP,
+		 * whose requests may wait for the previous batch's).  Not with a
+		 * transport that delivers message by message, which may take long
+		 * enough for the next batch's leases to run out.
+		 */
+		if (prefetch && !stopping && r.conn != NULL)
+		{
+			params[3] = NULL;
+			r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
+											  NULL, NULL, 0) == 1;
+		}
 	}
 	while (r.nwindow > 0)
 		window_finish_oldest(&r);
@@ -827,7 +839,7 @@ usage(void)
 		   "  --batch=N           messages per fetch, at most one per key (default 100)\n"
 		   "  --lease=SECONDS     how long a fetched message is the relay's (default 30)\n"
 		   "  --timeout=SECONDS   how long a target may take to confirm a message; shorter\n"
-		   "                      than the lease (default 30, or the lease less 1 second)\n"
+		   "                      than the lease (default half the lease less 1 second, at most 30)\n"
 		   "  --connections=N     requests in flight at once to an HTTP target (default 16)\n"
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
 		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
@@ -924,9 +936,12 @@ main(int argc, char **argv)
 	/*
 	 * A message whose target has not answered when its lease runs out may
 	 * be fetched and delivered by another relay meanwhile: give up first.
+	 * A batch's lease begins at most a fetch before the batch starts, and
+	 * an HTTP request may wait up to --timeout for the previous batch's to
+	 * end: so by default the timeout is half the lease less a second.
 	 */
 	if (relay_timeout == 0)
-		relay_timeout = lease_seconds > 30 ? 30 : (lease_seconds > 1 ? lease_seconds - 1 : 1);
+		relay_timeout = lease_seconds <= 3 ? 1 : ((lease_seconds - 1) / 2 > 30 ? 30 : (lease_seconds - 1) / 2);
 	else if (relay_timeout >= lease_seconds)
 	{
 		fprintf(stderr, "inbox-relay: --timeout (%d) must be shorter than --lease (%d)\n",

@@ -82,6 +82,12 @@ typedef struct RelayTransport
 								int *retry_after);
 	void		(*finish_batch) (RelayTarget *target);
 	void		(*close) (RelayTarget *target);
+
+	/*
+	 * The most messages a batch may hold for this transport, or NULL for
+	 * --batch's: what the transport can send without queueing them.
+	 */
+	int			(*batch_limit) (void);
 } RelayTransport;
 
 extern const RelayTransport relay_amqp;

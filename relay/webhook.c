@@ -13,9 +13,11 @@
  *
  * A batch's requests go at once, through one multi handle whose
  * connections are kept between batches, at most relay_http_connections of
- * them in flight: the messages of a batch are of different keys, so
- * nothing orders them.  Each request and the batch as a whole end within
- * relay_timeout, shorter than the lease.
+ * them in flight (the others wait their turn, the oldest batch's first):
+ * the messages of a batch are of different keys, so nothing orders them.
+ * Each request ends within relay_timeout of its start.  The loop fetches
+ * batches of at most relay_http_connections for this transport
+ * (batch_limit), so that a batch's requests never wait for each other.
  *
  * A 2xx answer is a delivery.  408, 429 and 5xx, and every failure to get
  * an answer, are retried (after Retry-After when the answer gives one, in
@@ -31,6 +33,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 #include <sys/time.h>
 
 #include <curl/curl.h>
@@ -42,7 +45,8 @@
 /* One request of a started batch */
 typedef struct Request
 {
-	CURL	   *curl;
+	const RelayMessage *m;		/* until the request starts */
+	CURL	   *curl;			/* once it started */
 	struct curl_slist *headers;
 	RelayResult *result;		/* the batch's slot for this message */
 	char	   *error;
@@ -50,13 +54,13 @@ typedef struct Request
 	bool		done;
 } Request;
 
-/* A started batch: its requests, and when it must have been answered */
+/* A started batch: its requests, oldest first in the queue */
 typedef struct OpenBatch
 {
 	Request    *requests;
 	int			n;
+	int			next;			/* the first of its requests not started */
 	int			pending;		/* requests not answered yet */
-	struct timeval deadline;
 } OpenBatch;
 
 struct RelayTarget
@@ -67,6 +71,7 @@ struct RelayTarget
 	int			key_len;
 	OpenBatch  *open[RELAY_WINDOW]; /* oldest first */
 	int			nopen;
+	int			running;		/* requests started and not ended */
 };
 
 static RelayTarget *
@@ -112,12 +117,6 @@ webhook_open(const char *url, const char *secret, char *error)
 			len--;
 		}
 	}
-	/*
-	 * At most relay_http_connections requests at once; HTTP/2 multiplexes
-	 * them over fewer connections where the target speaks it.
-	 */
-	curl_multi_setopt(t->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) relay_http_connections);
-	curl_multi_setopt(t->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) relay_http_connections);
 	return t;
 }
 
@@ -159,10 +158,14 @@ add_header(struct curl_slist *list, const char *name, const char *value)
 	return curl_slist_append(list, line);
 }
 
-/* Prepare the request of message m, and add it to the target's transfers */
+/*
+ * Start the request of q's message: its clock (--timeout) starts now, and
+ * webhook-timestamp is now.
+ */
 static void
-request_start(RelayTarget *t, const RelayMessage *m, Request *q)
+request_start(RelayTarget *t, Request *q)
 {
+	const RelayMessage *m = q->m;
 	char		stamp[32];
 
 	snprintf(stamp, sizeof(stamp), "%lld", (long long) time(NULL));
@@ -220,7 +223,9 @@ request_start(RelayTarget *t, const RelayMessage *m, Request *q)
 		snprintf(q->error, RELAY_ERROR_SIZE, "libcurl could not start a request");
 		*q->result = RELAY_RETRY;
 		q->done = true;
+		return;
 	}
+	t->running++;
 }
 
 /* The outcome of an ended request, from libcurl's code and the status */
@@ -249,9 +254,43 @@ request_end(Request *q, CURLcode rc)
 		*q->result = RELAY_REFUSED;
 }
 
+/* The batch that holds request q */
+static OpenBatch *
+batch_of(RelayTarget *t, Request *q)
+{
+	for (int b = 0; b < t->nopen; b++)
+		if (q >= t->open[b]->requests && q < t->open[b]->requests + t->open[b]->n)
+			return t->open[b];
+	return NULL;
+}
+
 /*
- * Let libcurl move every started request on, and record those that
- * ended, in whichever open batch.
+ * Start queued requests, the oldest batch's first, while fewer than
+ * relay_http_connections are in flight.  The cap is kept here, not by
+ * libcurl's connection limits, which HTTP/2 would bypass by multiplexing
+ * requests over one connection.
+ */
+static void
+fill(RelayTarget *t)
+{
+	for (int b = 0; b < t->nopen && t->running < relay_http_connections; b++)
+	{
+		OpenBatch  *o = t->open[b];
+
+		while (o->next < o->n && t->running < relay_http_connections)
+		{
+			Request    *q = &o->requests[o->next++];
+
+			request_start(t, q);
+			if (q->done)
+				o->pending--;	/* could not start: answered already */
+		}
+	}
+}
+
+/*
+ * Let libcurl move the requests in flight on, record those that ended, in
+ * whichever open batch, and start queued ones in their place.
  */
 static void
 progress(RelayTarget *t)
@@ -260,28 +299,35 @@ progress(RelayTarget *t)
 	int			running;
 	int			left;
 
-	curl_multi_perform(t->multi, &running);
-	while ((msg = curl_multi_info_read(t->multi, &left)) != NULL)
+	do
 	{
-		Request    *q = NULL;
+		curl_multi_perform(t->multi, &running);
+		while ((msg = curl_multi_info_read(t->multi, &left)) != NULL)
+		{
+			Request    *q = NULL;
+			OpenBatch  *o;
 
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &q);
-		if (q == NULL || q->done)
-			continue;
-		request_end(q, msg->data.result);
-		for (int b = 0; b < t->nopen; b++)
-			if (q >= t->open[b]->requests && q < t->open[b]->requests + t->open[b]->n)
-				t->open[b]->pending--;
-	}
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &q);
+			if (q == NULL || q->done)
+				continue;
+			request_end(q, msg->data.result);
+			curl_multi_remove_handle(t->multi, q->curl);
+			t->running--;
+			if ((o = batch_of(t, q)) != NULL)
+				o->pending--;
+		}
+		running = t->running;
+		fill(t);
+	} while (t->running > running);	/* started some: let them go out */
 }
 
 /*
- * Send a batch: its requests all start at once, each a message of its own
- * key (a batch never holds two of one key), at most relay_http_connections
- * of them in flight.  Their outcomes stay RELAY_DOWN until finish_batch
- * fills them.
+ * Queue a batch's requests, each a message of its own key (a batch never
+ * holds two of one key), and start as many as relay_http_connections
+ * allows with the requests in flight.  Their outcomes stay RELAY_DOWN
+ * until finish_batch fills them.
  */
 static void
 webhook_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
@@ -291,47 +337,47 @@ webhook_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *r
 
 	o->requests = calloc(n, sizeof(Request));
 	o->n = n;
-	gettimeofday(&o->deadline, NULL);
-	o->deadline.tv_sec += relay_timeout;
-	t->open[t->nopen++] = o;
+	o->pending = n;
 	for (int i = 0; i < n; i++)
 	{
 		Request    *q = &o->requests[i];
 
+		q->m = &m[i];
 		q->result = &results[i];
 		q->error = errors[i];
 		q->retry_after = &retry_after[i];
 		results[i] = RELAY_DOWN;
-		request_start(t, &m[i], q);
-		if (!q->done)
-			o->pending++;
 	}
+	t->open[t->nopen++] = o;
+	fill(t);
 	progress(t);
 }
 
 /*
  * Wait for the answers to the oldest started batch, recording those of
- * later ones that arrive meanwhile.  The batch ends within --timeout of
- * its start, shorter than the lease: a request still queued or unanswered
- * then is given up on, to be retried.
+ * later ones that arrive meanwhile.  Each request ends within --timeout
+ * of its start (CURLOPT_TIMEOUT); the deadline below only guards against
+ * waiting for ever on a request libcurl lost, which is then retried.
  */
 static void
 webhook_finish_batch(RelayTarget *t)
 {
 	OpenBatch  *o = t->open[0];
+	struct timeval deadline;
 
+	gettimeofday(&deadline, NULL);
+	deadline.tv_sec += 2L * relay_timeout + 10;
 	while (o->pending > 0)
 	{
 		struct timeval now,
 					left;
-		long		ms;
 
 		gettimeofday(&now, NULL);
-		timersub(&o->deadline, &now, &left);
+		timersub(&deadline, &now, &left);
 		if (left.tv_sec < 0)
 			break;
-		ms = left.tv_sec * 1000L + left.tv_usec / 1000 + 1;
-		curl_multi_poll(t->multi, NULL, 0, (int) (ms < 1000 ? ms : 1000), NULL);
+		if (curl_multi_poll(t->multi, NULL, 0, 1000, NULL) != CURLM_OK)
+			sleep(1);			/* no busy loop while libcurl cannot wait */
 		progress(t);
 	}
 	for (int i = 0; i < o->n; i++)
@@ -340,21 +386,31 @@ webhook_finish_batch(RelayTarget *t)
 
 		if (!q->done)
 		{
-			snprintf(q->error, RELAY_ERROR_SIZE, "no answer: within --timeout (%d s) of the batch's start",
-					 relay_timeout);
+			snprintf(q->error, RELAY_ERROR_SIZE, "no answer: %s",
+					 q->curl != NULL ? "the request did not end" : "not sent");
 			*q->result = RELAY_RETRY;
+			if (q->curl != NULL)
+			{
+				curl_multi_remove_handle(t->multi, q->curl);
+				t->running--;
+			}
 		}
 		if (q->curl != NULL)
-		{
-			curl_multi_remove_handle(t->multi, q->curl);
 			curl_easy_cleanup(q->curl);
-		}
 		curl_slist_free_all(q->headers);
 	}
 	free(o->requests);
 	free(o);
 	t->nopen--;
 	memmove(&t->open[0], &t->open[1], t->nopen * sizeof(OpenBatch *));
+	fill(t);
+}
+
+/* A batch's requests are all in flight at once: --connections of them */
+static int
+webhook_batch_limit(void)
+{
+	return relay_http_connections;
 }
 
 static void
@@ -369,6 +425,6 @@ webhook_close(RelayTarget *t)
 }
 
 const RelayTransport relay_http = {"http://", webhook_open, NULL,
-	webhook_start_batch, webhook_finish_batch, webhook_close};
+	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit};
 const RelayTransport relay_https = {"https://", webhook_open, NULL,
-	webhook_start_batch, webhook_finish_batch, webhook_close};
+	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit};

@@ -89,6 +89,8 @@ $sink_pid = fork() // die "fork: $!";
 if ($sink_pid == 0)
 {
 	setpgrp(0, 0);
+	# Never the test's END blocks, which would stop the clusters
+	$SIG{__DIE__} = sub { warn @_; POSIX::_exit(1) };
 	# A relay that gave up on an answer has closed its end
 	$SIG{PIPE} = 'IGNORE';
 	$SIG{CHLD} = 'IGNORE';
@@ -146,6 +148,8 @@ if ($sink_pid == 0)
 	}
 	POSIX::_exit(0);
 }
+# Its own process group from here on, whichever of the two runs first
+setpgrp($sink_pid, $sink_pid);
 close $sink;
 
 sub sink_lines
@@ -221,13 +225,15 @@ PostgreSQL::Test::Utils::append_to_file($secrets,
 chmod 0600, $secrets;
 my $conninfo = "host=$host port=$port dbname=postgres user=relay_user";
 
+my $last_relay_log = '';
 sub run_relay_once
 {
 	my @extra = @_;
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ $relay, '--once', "--secrets=$secrets", '--lease=3', @extra, $conninfo ],
+	my $ok = IPC::Run::run([ $relay, '--once', "--secrets=$secrets", '--lease=5', @extra, $conninfo ],
 		'>', \$out, '2>', \$err, IPC::Run::timeout(120));
 	note($err) if $err ne '';
+	$last_relay_log = $err;
 	return $ok;
 }
 
@@ -539,6 +545,8 @@ sub par_most
 	return sink_value('par most');
 }
 my $most = par_most(1, 6, '--connections=3');
+like($last_relay_log, qr/hook: connected to the database; delivering \(batches of 3, lease 60 s, timeout 29 s\)/,
+	'to a webhook, a batch holds at most --connections messages; the timeout is half the lease less a second');
 ok($most >= 2 && $most <= 3, 'a batch\'s requests are in flight together, at most --connections')
   or diag("at most $most at once");
 is(par_most(7, 9, '--connections=1'), 1, 'with --connections=1, one at a time');

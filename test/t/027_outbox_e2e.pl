@@ -65,7 +65,7 @@ my %spec = (
 				env => { QUEUE => 'invoices-e2e', SCOPE => 'billing', ROLLBACK_RATE => '0.1' } }) } 1 .. 3),
 	(map { ("downstream$_" => { cmd => [ 'python3', "$examples/python/downstream.py" ],
 				env => { QUEUE => 'notices', SCOPE => 'notices' } }) } 1 .. 2),
-	relay => { cmd => [ $relay, "--secrets=$secrets", '--lease=3', '--wait=5', '--batch=50',
+	relay => { cmd => [ $relay, "--secrets=$secrets", '--lease=5', '--wait=5', '--batch=50',
 			"host=$env{PGHOST} port=$env{PGPORT} dbname=postgres user=relay_user" ], env => {} });
 
 sub start

@@ -115,7 +115,7 @@ is($downstream->safe_psql('postgres',
 	'300', 'with its payload');
 
 my $log = slurp_file("$tmp/relay.log");
-my $connected = () = $log =~ /notices: connected to the database; delivering/g;
+my $connected = () = $log =~ /notices: connected to the database; delivering /g;
 ok($connected >= 2, 'the relay connected again after the failover') or diag($log);
 
 kill 'TERM', $relay_pid;
