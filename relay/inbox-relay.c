@@ -668,7 +668,6 @@ deliver_target(const char *target)
 		bool		was_idle = r.nwindow == 0 && !r.prefetching;
 		bool		stop = false;
 		bool		fetched;
-		bool		prefetch;
 
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
@@ -740,12 +739,25 @@ deliver_target(const char *target)
 			}
 		}
 		fetched = res != NULL;
-		prefetch = false;
 		if (fetched)
 		{
 			Batch	   *b = batch_read(r.conn, res);
 
-			prefetch = r.transport->start_batch != NULL && !stopping && b->readable;
+			/*
+			 * A transport that confirms batches later gets the next one
+			 * fetched while it sends this one: the fetch leases other keys
+			 * only, those of the batches in flight being leased already.
+			 * That batch starts once this one is sent and the one before
+			 * is settled, within --timeout of its lease (see main()).  Not
+			 * with a transport that delivers message by message, which may
+			 * take long enough for the next batch's leases to run out.
+			 */
+			if (r.transport->start_batch != NULL && !stopping && b->readable)
+			{
+				params[3] = NULL;
+				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
+												  NULL, NULL, 0) == 1;
+			}
 			batch_deliver(&r, b);
 		}
 		else if (stop || (once && was_idle))
@@ -763,25 +775,6 @@ deliver_target(const char *target)
 		while (r.nwindow > 0 &&
 			   (r.nwindow == RELAY_WINDOW || !fetched || stopping))
 			window_finish_oldest(&r);
-
-		/*
-		 * A transport that confirms batches later gets the next batch
-		 * fetched while this one is in flight: the fetch leases other keys
-		 * only, those of the batches in flight being leased already.  It
-		 * is sent once the window has room, so that the batch it leases is
-		 * started as soon as it arrives: a lease then begins at most one
-		 * fetch before its batch starts, and its messages are answered
-		 * within --timeout of the start (of a request's start, for HTTP,
-		 * whose requests may wait for the previous batch's).  Not with a
-		 * transport that delivers message by message, which may take long
-		 * enough for the next batch's leases to run out.
-		 */
-		if (prefetch && !stopping && r.conn != NULL)
-		{
-			params[3] = NULL;
-			r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
-											  NULL, NULL, 0) == 1;
-		}
 	}
 	while (r.nwindow > 0)
 		window_finish_oldest(&r);
@@ -840,7 +833,8 @@ usage(void)
 		   "  --lease=SECONDS     how long a fetched message is the relay's (default 30)\n"
 		   "  --timeout=SECONDS   how long a target may take to confirm a message; shorter\n"
 		   "                      than the lease (default half the lease less 1 second, at most 30)\n"
-		   "  --connections=N     requests in flight at once to an HTTP target (default 16)\n"
+		   "  --connections=N     requests in flight at once to an HTTP target, at least 2;\n"
+		   "                      a batch holds half as many messages (default 16)\n"
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
 		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
 		   "  --once              deliver what is pending, then exit\n"
@@ -914,7 +908,7 @@ main(int argc, char **argv)
 				relay_timeout = int_option("timeout", optarg, 1, 86400);
 				break;
 			case 'c':
-				relay_http_connections = int_option("connections", optarg, 1, 1000);
+				relay_http_connections = int_option("connections", optarg, RELAY_WINDOW, 1000);
 				break;
 			case 'w':
 				wait_seconds = int_option("wait", optarg, 1, 60);
@@ -936,9 +930,10 @@ main(int argc, char **argv)
 	/*
 	 * A message whose target has not answered when its lease runs out may
 	 * be fetched and delivered by another relay meanwhile: give up first.
-	 * A batch's lease begins at most a fetch before the batch starts, and
-	 * an HTTP request may wait up to --timeout for the previous batch's to
-	 * end: so by default the timeout is half the lease less a second.
+	 * A batch fetched while the one before is sent starts once the one
+	 * before that is settled, within --timeout of its lease, and each of
+	 * its messages is settled within --timeout of the batch's start: so by
+	 * default the timeout is half the lease less a second.
 	 */
 	if (relay_timeout == 0)
 		relay_timeout = lease_seconds <= 3 ? 1 : ((lease_seconds - 1) / 2 > 30 ? 30 : (lease_seconds - 1) / 2);

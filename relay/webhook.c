@@ -16,8 +16,9 @@
  * them in flight (the others wait their turn, the oldest batch's first):
  * the messages of a batch are of different keys, so nothing orders them.
  * Each request ends within relay_timeout of its start.  The loop fetches
- * batches of at most relay_http_connections for this transport
- * (batch_limit), so that a batch's requests never wait for each other.
+ * batches of at most relay_http_connections / RELAY_WINDOW for this
+ * transport (batch_limit), so that no request waits for a slot; the
+ * queue caps the requests in flight whatever happens, HTTP/2 included.
  *
  * A 2xx answer is a delivery.  408, 429 and 5xx, and every failure to get
  * an answer, are retried (after Retry-After when the answer gives one, in
@@ -406,11 +407,15 @@ webhook_finish_batch(RelayTarget *t)
 	fill(t);
 }
 
-/* A batch's requests are all in flight at once: --connections of them */
+/*
+ * The batches in flight together hold at most --connections messages, so
+ * that every request starts with its batch, and ends within --timeout of
+ * it (see main()).
+ */
 static int
 webhook_batch_limit(void)
 {
-	return relay_http_connections;
+	return relay_http_connections / RELAY_WINDOW;
 }
 
 static void
