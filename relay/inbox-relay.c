@@ -645,6 +645,7 @@ deliver_target(const char *target)
 				lease_s[32],
 				wait_s[32];
 	int			status = 0;
+	int			n;
 
 	snprintf(log_prefix, sizeof(log_prefix), "inbox-relay %s", target);
 	if (r.transport == NULL)
@@ -652,9 +653,8 @@ deliver_target(const char *target)
 		relay_log("no transport for this target: amqp://, amqps://, http://, https:// and postgresql:// are known");
 		return 2;
 	}
-	snprintf(batch_s, sizeof(batch_s), "%d",
-			 r.transport->batch_limit != NULL && r.transport->batch_limit() < batch ?
-			 r.transport->batch_limit() : batch);
+	n = r.transport->batch_limit != NULL ? r.transport->batch_limit() : batch;
+	snprintf(batch_s, sizeof(batch_s), "%d", n < batch ? n : batch);
 	snprintf(lease_s, sizeof(lease_s), "%d seconds", lease_seconds);
 	snprintf(wait_s, sizeof(wait_s), "%d seconds", wait_seconds);
 
@@ -936,7 +936,13 @@ main(int argc, char **argv)
 	 * default the timeout is half the lease less a second.
 	 */
 	if (relay_timeout == 0)
-		relay_timeout = lease_seconds <= 3 ? 1 : ((lease_seconds - 1) / 2 > 30 ? 30 : (lease_seconds - 1) / 2);
+	{
+		relay_timeout = (lease_seconds - 1) / 2;
+		if (relay_timeout > 30)
+			relay_timeout = 30;
+		if (relay_timeout < 1)
+			relay_timeout = 1;
+	}
 	else if (relay_timeout >= lease_seconds)
 	{
 		fprintf(stderr, "inbox-relay: --timeout (%d) must be shorter than --lease (%d)\n",

@@ -43,9 +43,12 @@
 
 #include "relay.h"
 
+typedef struct OpenBatch OpenBatch;
+
 /* One request of a started batch */
 typedef struct Request
 {
+	OpenBatch  *batch;
 	const RelayMessage *m;		/* until the request starts */
 	CURL	   *curl;			/* once it started */
 	struct curl_slist *headers;
@@ -56,13 +59,13 @@ typedef struct Request
 } Request;
 
 /* A started batch: its requests, oldest first in the queue */
-typedef struct OpenBatch
+struct OpenBatch
 {
 	Request    *requests;
 	int			n;
 	int			next;			/* the first of its requests not started */
 	int			pending;		/* requests not answered yet */
-} OpenBatch;
+};
 
 struct RelayTarget
 {
@@ -255,16 +258,6 @@ request_end(Request *q, CURLcode rc)
 		*q->result = RELAY_REFUSED;
 }
 
-/* The batch that holds request q */
-static OpenBatch *
-batch_of(RelayTarget *t, Request *q)
-{
-	for (int b = 0; b < t->nopen; b++)
-		if (q >= t->open[b]->requests && q < t->open[b]->requests + t->open[b]->n)
-			return t->open[b];
-	return NULL;
-}
-
 /*
  * Start queued requests, the oldest batch's first, while fewer than
  * relay_http_connections are in flight.  The cap is kept here, not by
@@ -306,7 +299,6 @@ progress(RelayTarget *t)
 		while ((msg = curl_multi_info_read(t->multi, &left)) != NULL)
 		{
 			Request    *q = NULL;
-			OpenBatch  *o;
 
 			if (msg->msg != CURLMSG_DONE)
 				continue;
@@ -316,8 +308,7 @@ progress(RelayTarget *t)
 			request_end(q, msg->data.result);
 			curl_multi_remove_handle(t->multi, q->curl);
 			t->running--;
-			if ((o = batch_of(t, q)) != NULL)
-				o->pending--;
+			q->batch->pending--;
 		}
 		running = t->running;
 		fill(t);
@@ -343,6 +334,7 @@ webhook_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *r
 	{
 		Request    *q = &o->requests[i];
 
+		q->batch = o;
 		q->m = &m[i];
 		q->result = &results[i];
 		q->error = errors[i];
@@ -350,8 +342,7 @@ webhook_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *r
 		results[i] = RELAY_DOWN;
 	}
 	t->open[t->nopen++] = o;
-	fill(t);
-	progress(t);
+	progress(t);				/* starts what the cap allows */
 }
 
 /*
