@@ -451,7 +451,7 @@ amqp_target_finish_batch(RelayTarget *t)
 	memmove(&t->open[0], &t->open[1], t->nopen * sizeof(OpenBatch *));
 }
 
-const RelayTransport relay_amqp = {"amqp://", amqp_target_open, NULL,
+const RelayTransport relay_amqp = {"amqp://", amqp_target_open,
 	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL};
-const RelayTransport relay_amqps = {"amqps://", amqp_target_open, NULL,
+const RelayTransport relay_amqps = {"amqps://", amqp_target_open,
 	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL};

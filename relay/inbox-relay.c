@@ -598,30 +598,17 @@ window_finish_oldest(Relay *r)
 }
 
 /*
- * Deliver a batch: started, to be finished later, by a transport that
- * splits the two; else one message after another, and settled at once.
+ * Deliver a batch: started, to be finished later; or, when its messages
+ * cannot be read or the target cannot be opened, settled at once.
  */
 static void
 batch_deliver(Relay *r, Batch *b)
 {
-	int			i;
-
 	if (b->readable && target_open(r, b))
 	{
-		if (r->transport->start_batch != NULL)
-		{
-			r->transport->start_batch(r->open, b->m, b->n, b->results, b->errors, b->retry_after);
-			r->window[r->nwindow++] = b;
-			return;
-		}
-		for (i = 0; i < b->n; i++)
-			b->results[i] = (i > 0 && b->results[i - 1] == RELAY_DOWN) ? RELAY_DOWN :
-				r->transport->deliver(r->open, &b->m[i], b->errors[i], &b->retry_after[i]);
-		if (b->results[b->n - 1] == RELAY_DOWN)
-		{
-			r->transport->close(r->open);
-			r->open = NULL;
-		}
+		r->transport->start_batch(r->open, b->m, b->n, b->results, b->errors, b->retry_after);
+		r->window[r->nwindow++] = b;
+		return;
 	}
 	batch_settle(r, b);
 }
@@ -744,15 +731,13 @@ deliver_target(const char *target)
 			Batch	   *b = batch_read(r.conn, res);
 
 			/*
-			 * A transport that confirms batches later gets the next one
-			 * fetched while it sends this one: the fetch leases other keys
-			 * only, those of the batches in flight being leased already.
-			 * That batch starts once this one is sent and the one before
-			 * is settled, within --timeout of its lease (see main()).  Not
-			 * with a transport that delivers message by message, which may
-			 * take long enough for the next batch's leases to run out.
+			 * The next batch is fetched while this one is sent: the fetch
+			 * leases other keys only, those of the batches in flight being
+			 * leased already.  That batch starts once this one is sent and
+			 * the one before is settled, within --timeout of its lease
+			 * (see main()).
 			 */
-			if (r.transport->start_batch != NULL && !stopping && b->readable)
+			if (!stopping && b->readable)
 			{
 				params[3] = NULL;
 				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,

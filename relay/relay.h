@@ -10,12 +10,13 @@
  * before.  Every other answer leaves the message pending, and the
  * outbox's backoff (outbox_fail) decides when it is fetched again.
  *
- * A transport delivers one message at a time (deliver), or batches whose
- * sending and confirmation it can split (start_batch, then finish_batch):
- * the loop then starts the next batch before it finishes this one, at
- * most RELAY_WINDOW open at once.  A batch never holds two messages of
- * one key, nor a key of another open batch, since a key's next message
- * is fetched only after this one is acknowledged.
+ * A transport delivers batches, whose sending and confirmation it splits
+ * (start_batch, then finish_batch): the loop starts the next batch before
+ * it finishes this one, at most RELAY_WINDOW open at once.  A batch never
+ * holds two messages of one key, nor a key of another open batch, since a
+ * key's next message is fetched only after this one is acknowledged.  A
+ * transport whose target answers each call at once may answer the whole
+ * batch in start_batch and leave finish_batch nothing to wait for.
  *
  * relay/relay.h
  *
@@ -60,9 +61,7 @@ typedef struct RelayTarget RelayTarget;
 
 /*
  * Each transport: open(url, secret), where secret is the target's line of
- * the secrets file or NULL; deliver() one message, or start_batch() and
- * finish_batch() a batch (one of the two; the batch pair is used when there
- * is one);
+ * the secrets file or NULL; start_batch() and finish_batch() a batch;
  * close().  open() returns NULL and fills error when the target cannot
  * be reached or the URL is wrong.
  */
@@ -70,11 +69,9 @@ typedef struct RelayTransport
 {
 	const char *scheme;			/* "amqp://", "https://" ... */
 	RelayTarget *(*open) (const char *url, const char *secret, char *error);
-	RelayResult (*deliver) (RelayTarget *target, const RelayMessage *message,
-							char *error, int *retry_after);
 
 	/*
-	 * Or send n messages at once, results[i] RELAY_DOWN until finish_batch
+	 * Send n messages at once, results[i] RELAY_DOWN until finish_batch
 	 * fills results, errors and retry_after of the oldest started batch.
 	 */
 	void		(*start_batch) (RelayTarget *target, const RelayMessage *messages, int n,

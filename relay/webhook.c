@@ -420,7 +420,7 @@ webhook_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_http = {"http://", webhook_open, NULL,
+const RelayTransport relay_http = {"http://", webhook_open,
 	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit};
-const RelayTransport relay_https = {"https://", webhook_open, NULL,
+const RelayTransport relay_https = {"https://", webhook_open,
 	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit};
