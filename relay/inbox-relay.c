@@ -378,6 +378,9 @@ typedef struct Relay
 	PGconn	   *ack_conn;		/* where outcomes are recorded */
 	int			acks_sent;		/* in an outbox_ack_many not yet answered */
 	bool		prefetching;	/* an outbox_fetch sent on conn, unanswered */
+	int			down_delay;		/* seconds between tries of a target that went
+								 * down, 0 while it is up */
+	time_t		retry_at;		/* no fetch before then, while it is down */
 } Relay;
 
 /*
@@ -436,9 +439,12 @@ ack_collect(Relay *r)
 /*
  * Record the outcomes of a batch: each failed message with outbox_fail,
  * then the delivered ones with one outbox_ack_many, sent without waiting.
- * What cannot be recorded (the connection broke) is left to its lease:
- * when it runs out, the message is fetched and delivered again under the
- * same id.
+ * A message the target could not be reached for (RELAY_DOWN) fails with
+ * reached false: the fetch does not count toward max_attempts, so that an
+ * outage holds messages back instead of dead-lettering them, and it waits
+ * as long as the relay waits before it tries the target again.  What
+ * cannot be recorded (the connection broke) is left to its lease: when it
+ * runs out, the message is fetched and delivered again under the same id.
  */
 static void
 record_outcomes(Relay *r, Batch *b)
@@ -454,20 +460,21 @@ record_outcomes(Relay *r, Batch *b)
 	for (i = 0; i < b->n && r->ack_conn != NULL; i++)
 	{
 		char		after[32];
-		const char *params[3] = {PQgetvalue(b->res, i, 7), b->errors[i], NULL};
+		bool		down = b->results[i] == RELAY_DOWN;
+		const char *params[4] = {PQgetvalue(b->res, i, 7), b->errors[i], NULL, down ? "false" : "true"};
 		PGresult   *res;
 
 		if (b->results[i] == RELAY_DELIVERED)
 			continue;
 		relay_log("message %s (key \"%s\", position %s) not delivered: %s",
 				  b->m[i].id, b->m[i].key, b->m[i].position, b->errors[i]);
-		if (b->retry_after[i] >= 0)
+		if (down || b->retry_after[i] >= 0)
 		{
-			snprintf(after, sizeof(after), "%d seconds", b->retry_after[i]);
+			snprintf(after, sizeof(after), "%d seconds", down ? r->down_delay : b->retry_after[i]);
 			params[2] = after;
 		}
-		res = PQexecParams(r->ack_conn, "SELECT outbox_fail($1::uuid, $2, $3::interval)", 3, NULL,
-						   params, NULL, NULL, 0);
+		res = PQexecParams(r->ack_conn, "SELECT outbox_fail($1::uuid, $2, $3::interval, $4::boolean)", 4,
+						   NULL, params, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		{
 			relay_log("recording a failed delivery failed: %s", PQerrorMessage(r->ack_conn));
@@ -542,12 +549,30 @@ target_open(Relay *r, Batch *b)
 
 /*
  * Log the target's changes of state, and record the outcomes of a batch;
- * then free it.
+ * then free it.  A batch in which the target could not be reached sets
+ * when it is tried again: a second after the first such batch, then twice
+ * as long after each next one, up to 30 seconds; one that reached it
+ * resets the delay.
  */
 static void
 batch_settle(Relay *r, Batch *b)
 {
 	int			i;
+	bool		down = false,
+				up = false;
+
+	for (i = 0; i < b->n; i++)
+		if (b->results[i] == RELAY_DOWN)
+			down = true;
+		else
+			up = true;
+	if (down)
+	{
+		r->down_delay = r->down_delay == 0 ? 1 : r->down_delay < 16 ? r->down_delay * 2 : 30;
+		r->retry_at = time(NULL) + r->down_delay;
+	}
+	else if (up)
+		r->down_delay = 0;
 
 	for (i = 1; i < b->n; i++)
 		if (b->results[i] == RELAY_DOWN && b->errors[i][0] == '\0')
@@ -570,12 +595,15 @@ static bool
 window_finish_one(Relay *r)
 {
 	Batch	   *b = r->window[0];
-	bool		down;
+	bool		down = false;
+	int			i;
 
 	r->transport->finish_batch(r->open);
 	r->nwindow--;
 	memmove(&r->window[0], &r->window[1], r->nwindow * sizeof(Batch *));
-	down = b->results[b->n - 1] == RELAY_DOWN;
+	for (i = 0; i < b->n; i++)
+		if (b->results[i] == RELAY_DOWN)
+			down = true;
 	batch_settle(r, b);
 	return down;
 }
@@ -627,7 +655,7 @@ batch_deliver(Relay *r, Batch *b)
 static int
 deliver_target(const char *target)
 {
-	Relay		r = {target, transport_for(target), NULL, NULL, -1, {NULL}, 0, NULL, 0, false};
+	Relay		r = {target, transport_for(target), NULL, NULL, -1, {NULL}, 0, NULL, 0, false, 0, 0};
 	char		batch_s[16],
 				lease_s[32],
 				wait_s[32];
@@ -659,6 +687,25 @@ deliver_target(const char *target)
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
 			ack_collect(&r);
+
+		/*
+		 * A target that went down is tried again only after a delay, and
+		 * nothing is fetched for it meanwhile; --once stops there.
+		 */
+		if (was_idle && r.down_delay > 0 && !stopping)
+		{
+			if (once)
+			{
+				relay_log("the target is unreachable: stopping");
+				break;
+			}
+			if (time(NULL) < r.retry_at)
+			{
+				while (!stopping && time(NULL) < r.retry_at)
+					sleep(1);
+				continue;
+			}
+		}
 
 		if (r.conn == NULL && !stopping)
 		{
@@ -822,7 +869,7 @@ usage(void)
 		   "                      a batch holds half as many messages (default 16)\n"
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
 		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
-		   "  --once              deliver what is pending, then exit\n"
+		   "  --once              deliver what is due, then exit (or stop at an unreachable target)\n"
 		   "  --help              show this help, then exit\n\n"
 		   "CONNINFO is a libpq connection string or URI; several hosts with\n"
 		   "target_session_attrs=read-write follow a failover.\n");

@@ -76,11 +76,19 @@ static RelayTarget *
 pg_open(const char *url, const char *secret, char *error)
 {
 	char	   *scope = relay_url_param(url, "scope");
+	char	   *own_options = relay_url_param(url, "options");
 	char	   *dsn;
-	const char *keywords[6] = {"dbname", "application_name", "connect_timeout", "options", NULL, NULL};
+
+	/*
+	 * The relay's defaults come before the URL, whose own values win
+	 * (libpq takes the last); options come after it, the URL's own with
+	 * the statement timeout the lease needs appended.
+	 */
+	const char *keywords[6] = {"application_name", "connect_timeout", "dbname", "options", NULL, NULL};
 	const char *values[6];
-	char		timeout[32],
-				options[64];
+	char		timeout[32];
+	char	   *options;
+	size_t		options_size;
 	PGconn	   *conn;
 	RelayTarget *t;
 
@@ -92,10 +100,14 @@ pg_open(const char *url, const char *secret, char *error)
 	}
 	dsn = without_scope(url);
 	snprintf(timeout, sizeof(timeout), "%d", relay_timeout);
-	snprintf(options, sizeof(options), "-c statement_timeout=%ds", relay_timeout);
-	values[0] = dsn;
-	values[1] = "inbox-relay";
-	values[2] = timeout;
+	options_size = (own_options != NULL ? strlen(own_options) : 0) + 64;
+	options = malloc(options_size);
+	snprintf(options, options_size, "%s%s-c statement_timeout=%ds", own_options != NULL ? own_options : "",
+			 own_options != NULL ? " " : "", relay_timeout);
+	free(own_options);
+	values[0] = "inbox-relay";
+	values[1] = timeout;
+	values[2] = dsn;
 	values[3] = options;
 	if (secret != NULL)
 	{
@@ -105,6 +117,7 @@ pg_open(const char *url, const char *secret, char *error)
 	values[5] = NULL;
 	conn = PQconnectdbParams(keywords, values, 1);
 	free(dsn);
+	free(options);
 	if (PQstatus(conn) != CONNECTION_OK)
 	{
 		snprintf(error, RELAY_ERROR_SIZE, "cannot connect: %s", PQerrorMessage(conn));

@@ -8,7 +8,10 @@
  * for each only once the target confirmed it or refused it: the loop
  * acknowledges a message to the database after RELAY_DELIVERED, never
  * before.  Every other answer leaves the message pending, and the
- * outbox's backoff (outbox_fail) decides when it is fetched again.
+ * outbox's backoff (outbox_fail) decides when it is fetched again;
+ * RELAY_DOWN, a target that could not be reached, counts no attempt
+ * toward the message's dead letter, and the loop waits before it tries
+ * that target again.
  *
  * A transport delivers batches, whose sending and confirmation it splits
  * (start_batch, then finish_batch): the loop starts the next batch before
@@ -48,7 +51,9 @@ typedef enum RelayResult
 	RELAY_DELIVERED,			/* the target confirmed the message */
 	RELAY_RETRY,				/* not delivered: try again after a backoff */
 	RELAY_REFUSED,				/* the target refused it: counts toward dead */
-	RELAY_DOWN					/* the target is unreachable: reopen it */
+	RELAY_DOWN					/* the target could not be reached, or the
+								 * connection to it was lost: reopen it later;
+								 * the attempt does not count */
 } RelayResult;
 
 /* Room for a transport's error, as outbox_fail records it */

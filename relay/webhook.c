@@ -23,7 +23,10 @@
  * A 2xx answer is a delivery.  408, 429 and 5xx, and every failure to get
  * an answer, are retried (after Retry-After when the answer gives one, in
  * seconds); any other answer is refused: the message is dead once its
- * attempts are spent.  Redirects are not followed.
+ * attempts are spent.  A request of which nothing went out (the name did
+ * not resolve, the connection or the TLS handshake failed) found the
+ * target unreachable (RELAY_DOWN), and counts no attempt.  Redirects are
+ * not followed.
  *
  * relay/webhook.c
  *
@@ -241,8 +244,16 @@ request_end(Request *q, CURLcode rc)
 	q->done = true;
 	if (rc != CURLE_OK)
 	{
+		long		sent = 0;
+
+		/*
+		 * Nothing of the request went out (no address, no connection, no
+		 * TLS handshake): the target could not be reached, and the
+		 * message did not reach it.  Otherwise it may have.
+		 */
+		curl_easy_getinfo(q->curl, CURLINFO_REQUEST_SIZE, &sent);
 		snprintf(q->error, RELAY_ERROR_SIZE, "no answer: %s", curl_easy_strerror(rc));
-		*q->result = RELAY_RETRY;
+		*q->result = sent == 0 ? RELAY_DOWN : RELAY_RETRY;
 		return;
 	}
 	curl_easy_getinfo(q->curl, CURLINFO_RESPONSE_CODE, &status);

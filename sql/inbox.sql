@@ -2855,7 +2855,7 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('relay', 'function', '@extschema@.outbox_fetch(text, integer, interval, interval)'),
 	('relay', 'function', '@extschema@.outbox_ack(uuid)'),
 	('relay', 'function', '@extschema@.outbox_ack_many(uuid[])'),
-	('relay', 'function', '@extschema@.outbox_fail(uuid, text, interval)'),
+	('relay', 'function', '@extschema@.outbox_fail(uuid, text, interval, boolean)'),
 	('operator', 'view', '@extschema@.outbox_stats'),
 	('operator', 'view', '@extschema@.outbox_dead_letters'),
 	('operator', 'view', '@extschema@.outbox_routes'),
@@ -4120,13 +4120,14 @@ BEGIN
 		t := pg_catalog.clock_timestamp();
 		RETURN QUERY SELECT * FROM inbox.outbox_lease(p_target, p_max, t OPERATOR(pg_catalog.+) lease_span, t);
 		IF FOUND THEN
-			-- The commit of a fetch that leased waits for the disk, even
-			-- where synchronous_commit is off: a relay may acknowledge
-			-- without waiting (inbox-relay does), and this commit writes to
-			-- disk the acknowledgements this fetch saw, before the keys'
-			-- next messages can leave.
+			-- The commit of a fetch that leased waits for the disk, and
+			-- for the synchronous standbys where there are, even where
+			-- synchronous_commit is off: a relay may acknowledge without
+			-- waiting (inbox-relay does), and this commit makes durable the
+			-- acknowledgements this fetch saw, before the keys' next
+			-- messages can leave.
 			IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off' THEN
-				PERFORM pg_catalog.set_config('synchronous_commit', 'local', true);
+				PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
 			END IF;
 			RETURN;
 		END IF;
@@ -4217,10 +4218,15 @@ COMMENT ON FUNCTION @extschema@.outbox_ack_many(uuid[]) IS
  * hour), times a random factor between 0.5 and 1 (jitter, so that keys
  * that failed together do not retry together).  A message that had
  * max_attempts fetches (the route's, or inbox.max_attempts) is dead
- * instead, and its key moves on.  Returns 'pending' or 'dead'; NULL when
- * the receipt no longer holds the message.
+ * instead, and its key moves on.  With reached false, the message never
+ * reached the target, which could not be reached (the relay could not
+ * connect, or lost the connection): its fetch does not count as an
+ * attempt, and it is never dead for it, so that an outage of the target
+ * holds messages back instead of dead-lettering them.  Returns 'pending'
+ * or 'dead'; NULL when the receipt no longer holds the message.
  */
-CREATE FUNCTION @extschema@.outbox_fail(receipt uuid, error text, retry_after interval DEFAULT NULL)
+CREATE FUNCTION @extschema@.outbox_fail(receipt uuid, error text, retry_after interval DEFAULT NULL,
+										reached boolean DEFAULT true)
 RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -4232,10 +4238,16 @@ DECLARE
 	opts jsonb;
 	allowed integer;
 	dead boolean;
+	tries integer;
 BEGIN
 	IF p_receipt IS NULL THEN
 		RAISE EXCEPTION 'receipt must not be null'
 			USING ERRCODE = '22004', HINT = 'Pass the receipt outbox_fetch returned with the message.';
+	END IF;
+	IF outbox_fail.reached IS NULL THEN
+		RAISE EXCEPTION 'reached must not be null'
+			USING ERRCODE = '22004',
+				  HINT = 'Pass false when the target could not be reached, true (the default) otherwise.';
 	END IF;
 	span := inbox.check_duration(outbox_fail.retry_after, 'retry_after');
 	IF span OPERATOR(pg_catalog.<) interval '0' THEN
@@ -4255,11 +4267,17 @@ BEGIN
 	 WHERE r.topic OPERATOR(pg_catalog.=) d.topic AND r.target OPERATOR(pg_catalog.=) d.target;
 	allowed := coalesce((opts OPERATOR(pg_catalog.->>) 'max_attempts')::integer,
 						pg_catalog.current_setting('inbox.max_attempts')::integer);
-	dead := d.attempts OPERATOR(pg_catalog.>=) allowed;
+	-- The fetches that count: the one that leased the message is given
+	-- back when the message never reached the target
+	tries := d.attempts;
+	IF NOT outbox_fail.reached THEN
+		tries := greatest(tries OPERATOR(pg_catalog.-) 1, 0);
+	END IF;
+	dead := outbox_fail.reached AND tries OPERATOR(pg_catalog.>=) allowed;
 	IF span IS NULL AND NOT dead THEN
 		span := least(coalesce((opts OPERATOR(pg_catalog.->>) 'max_backoff')::interval, interval '1 hour'),
 					  coalesce((opts OPERATOR(pg_catalog.->>) 'backoff')::interval, interval '1 second')
-					  OPERATOR(pg_catalog.*) pg_catalog.power(2, least(d.attempts OPERATOR(pg_catalog.-) 1, 30)))
+					  OPERATOR(pg_catalog.*) pg_catalog.power(2, least(greatest(tries, 1) OPERATOR(pg_catalog.-) 1, 30)))
 				OPERATOR(pg_catalog.*) (0.5 OPERATOR(pg_catalog.+) (pg_catalog.random() OPERATOR(pg_catalog.*) 0.5));
 	END IF;
 	PERFORM inbox.outbox_wake(d.target);
@@ -4267,14 +4285,14 @@ BEGIN
 	   SET state = CASE WHEN dead THEN 'x' ELSE 'p' END::"char",
 		   due = CASE WHEN dead THEN x.due ELSE pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) span END,
 		   finished_at = CASE WHEN dead THEN pg_catalog.clock_timestamp() END,
-		   receipt = NULL, lease_until = NULL, last_error = outbox_fail.error
+		   receipt = NULL, lease_until = NULL, last_error = outbox_fail.error, attempts = tries
 	 WHERE x.id OPERATOR(pg_catalog.=) d.id AND x.target OPERATOR(pg_catalog.=) d.target;
 	RETURN CASE WHEN dead THEN 'dead' ELSE 'pending' END;
 END
 $$;
 
-COMMENT ON FUNCTION @extschema@.outbox_fail(uuid, text, interval) IS
-'record a failed delivery: retry after a backoff, or dead after max_attempts';
+COMMENT ON FUNCTION @extschema@.outbox_fail(uuid, text, interval, boolean) IS
+'record a failed delivery: retry after a backoff, or dead after max_attempts; not counted when the target was unreachable';
 
 /*
  * Routes.  A target is a URL; one with a password in it is refused, and
@@ -4601,7 +4619,7 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_targets() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_fetch(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_ack(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_ack_many(uuid[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.outbox_fail(uuid, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_fail(uuid, text, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_requeue(uuid) FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_stats FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_dead_letters FROM PUBLIC;

@@ -194,6 +194,29 @@ SELECT * FROM regress.fetch('https://hooks.example/requeue', 100);
 SELECT outbox_ack(receipt) FROM regress.fetched;
 SELECT outbox_unroute('requeue', 'https://hooks.example/requeue');
 
+-- A target that could not be reached (reached => false): the fetch does
+-- not count, so no outage, however long, makes a message dead; a failure
+-- at the target counts as before
+SELECT outbox_route('outage', 'https://outage.example/hook', '{"max_attempts": 1, "backoff": "1 hour"}');
+SELECT count(outbox_send('outage', 'u', '{"n": 1}'::jsonb)) FROM (VALUES (1)) AS v;
+SELECT * FROM regress.fetch('https://outage.example/hook', 10);
+SELECT outbox_fail(receipt, 'connection refused', '0 s', false) FROM regress.fetched;
+SELECT * FROM regress.fetch('https://outage.example/hook', 10);
+SELECT outbox_fail(receipt, 'connection refused', '0 s', false) FROM regress.fetched;
+SELECT * FROM regress.fetch('https://outage.example/hook', 10);
+-- Without retry_after: the route's backoff, as after a first attempt
+SELECT outbox_fail(receipt, 'connection refused', NULL, false) FROM regress.fetched;
+SELECT state, attempts, last_error,
+	   due > now() + interval '29 minutes' AND due < now() + interval '61 minutes' AS backoff
+  FROM inbox.outbox_deliveries WHERE target = 'https://outage.example/hook';
+SELECT topic, pending, failed, dead FROM outbox_stats WHERE topic = 'outage';
+UPDATE inbox.outbox_deliveries SET due = now() WHERE target = 'https://outage.example/hook';
+SELECT * FROM regress.fetch('https://outage.example/hook', 10);
+SELECT outbox_fail(receipt, 'HTTP 500', '0 s') FROM regress.fetched;
+SELECT key, attempts, last_error FROM outbox_dead_letters WHERE topic = 'outage';
+SELECT regress.try($$SELECT outbox_fail('00000000-0000-4000-8000-000000000000', 'x', NULL, NULL)$$);
+SELECT outbox_unroute('outage', 'https://outage.example/hook');
+
 -- Relay input checks
 SELECT regress.try($$SELECT * FROM outbox_fetch('https://nowhere.example', 1, '1 minute')$$);
 SELECT regress.try($$SELECT * FROM outbox_fetch(NULL, 1, '1 minute')$$);
@@ -351,10 +374,11 @@ UPDATE inbox.outbox_deliveries SET lease_until = now() - interval '1 second'
 SELECT (SELECT count(*) FROM outbox_fetch('https://moved.example/hook', 10, '1 minute'))
 	   = (SELECT count(*) FROM after_full WHERE NOT acked) AS fetched_again;
 SELECT outbox_unroute('moved', 'https://moved.example/hook');
--- The commit of a fetch that leased waits for the disk even where
--- synchronous_commit is off: it writes there the acknowledgements the
--- fetch saw (which a relay may commit without waiting) before the keys'
--- next messages leave.  A fetch that finds nothing leaves the setting.
+-- The commit of a fetch that leased waits for the disk (and the
+-- synchronous standbys) even where synchronous_commit is off: it makes
+-- durable the acknowledgements the fetch saw (which a relay may commit
+-- without waiting) before the keys' next messages leave.  A fetch that
+-- finds nothing leaves the setting.
 SELECT outbox_route('durable', 'https://durable.example/hook');
 BEGIN;
 SET LOCAL synchronous_commit = off;

@@ -198,7 +198,8 @@ pika('declare') if $have_rabbitmq;
 
 # --- the databases, the routes and the secrets ----------------------------------------
 # The other database is in a cluster of its own
-my $downstream = InboxTest->node('downstream');
+# Its log names each connection's application_name
+my $downstream = InboxTest->node('downstream', conf => "log_connections = on\n");
 $node->safe_psql('postgres', q{
 	CREATE ROLE relay_user LOGIN;
 	SELECT inbox_grant_bundle('relay_user', 'relay');
@@ -417,6 +418,21 @@ is($downstream->safe_psql('postgres', qq{SELECT string_agg(md5(payload_bytes), '
 	join(' ', sort map { $node->sql("SELECT md5(decode(repeat(md5('$_'), 9 * 1024 * 1024 / 16), 'hex'))") } qw(m5 m6))
 	  . '|2', 'intact, in two statements');
 
+# The URL's own connection parameters win over the relay's defaults
+# (application_name), and its options are kept beside the statement
+# timeout the relay adds: a search_path without the extension's schema
+# makes the message fail there
+my $pg_named = "$pg_target&application_name=mirror-app&options=-c%20search_path%3Dnowhere";
+$node->sql("SELECT outbox_route('named', '$pg_named', '{\"backoff\": \"1 hour\"}')");
+$node->sql(q{SELECT outbox_send('named', 'n1', '{"n": 1}'::jsonb)});
+ok(run_relay_once("--target=$pg_named"), 'a relay runs to a target whose URL sets options');
+like(slurp_file($downstream->logfile), qr/application_name=mirror-app/,
+	'the URL\'s application_name is the one the other database sees');
+like($node->sql(q{SELECT d.last_error FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id)
+		WHERE m.topic = 'named'}), qr/inbox_receive.* does not exist/,
+	'and its options apply there: with that search_path, the message fails');
+$node->sql("SELECT outbox_unroute('named', '$pg_named')");
+
 # The other database restarts under a running relay: the batch sent on the
 # lost connection finds the target down, the relay opens it again, and the
 # messages arrive after their backoff
@@ -546,6 +562,62 @@ my $most = sink_value('par most');
 ok($most >= 2 && $most <= 4, 'requests are in flight together, never more than --connections')
   or diag("at most $most at once");
 is(scalar(grep { / k-par-\d+ 1 signed 200 / } sink_lines()), 8, 'each k-par-* message delivered once');
+
+# --- a webhook that cannot be reached -------------------------------------------------
+# Nothing listens on the target's port: no request goes out, so the
+# attempts do not count (outbox_fail's reached => false), and the message
+# waits through the outage instead of going dead at its one attempt; the
+# relay says the target is unreachable, and --once stops there.  Once a
+# server answers on that port, the message goes out.
+my $closed_socket = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 1, ReuseAddr => 1)
+  or die "listen: $!";
+my $closed_port = $closed_socket->sockport;
+close $closed_socket;
+my $down = "http://127.0.0.1:$closed_port/hook";
+$node->sql("SELECT outbox_route('outage', '$down', '{\"max_attempts\": 1, \"backoff\": \"1 second\"}')");
+$node->sql(q{SELECT outbox_send('outage', 'k-out', '{"n": 1}'::jsonb)});
+my $outage_state = sub {
+	$node->sql(qq{SELECT d.state::text || ' ' || d.attempts || ' ' || (d.last_error LIKE 'no answer: %')::text
+		FROM inbox.outbox_deliveries AS d WHERE d.target = '$down'});
+};
+for my $try (1 .. 3)
+{
+	# Due at once, so that each run tries it
+	$node->sql("UPDATE inbox.outbox_deliveries SET due = now() WHERE target = '$down'");
+	ok(run_relay_once("--target=$down"), "a relay whose webhook cannot be reached ends well ($try)");
+	like($last_relay_log, qr/the target is unreachable: stopping/, "and says the target is unreachable ($try)");
+	is($outage_state->(), 'p 0 true', "the message is pending, its attempts not counted ($try)");
+}
+is($node->sql(q{SELECT count(*) FROM outbox_dead_letters WHERE topic = 'outage'}), '0',
+	'an outage makes no dead letter');
+my $back = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $closed_port, Listen => 1, ReuseAddr => 1)
+  or die "listen on $closed_port: $!";
+my $back_pid = fork() // die "fork: $!";
+if ($back_pid == 0)
+{
+	$SIG{__DIE__} = sub { warn @_; POSIX::_exit(1) };
+	# Never waits longer than the test would
+	alarm 60;
+	my $c = $back->accept or POSIX::_exit(1);
+	my $length = 0;
+	while (defined(my $hl = <$c>))
+	{
+		$length = $1 if $hl =~ /^content-length:\s*(\d+)/i;
+		last if $hl =~ /^\r?\n$/;
+	}
+	read($c, my $body, $length);
+	print $c "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+	close $c;
+	POSIX::_exit(0);
+}
+close $back;
+$node->sql("UPDATE inbox.outbox_deliveries SET due = now() WHERE target = '$down'");
+ok(run_relay_once("--target=$down"), 'a relay delivers to the webhook once it answers');
+kill 'KILL', $back_pid;
+waitpid($back_pid, 0);
+is($node->sql("SELECT count(*) FROM inbox.outbox_deliveries WHERE target = '$down'"), '0',
+	'the message waited for it, and is delivered');
+$node->sql("SELECT outbox_unroute('outage', '$down')");
 
 # --- a running relay: woken by a commit, stopped by SIGTERM ----------------------------
 my $running = start_relay('--wait=30', "--target=$webhook");
