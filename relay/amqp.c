@@ -171,6 +171,9 @@ amqp_target_open(const char *url, const char *secret, char *error)
 		info.password = (char *) secret;
 
 	t->conn = amqp_new_connection();
+	/* Login, opening the channel and confirm mode: within --timeout each */
+	amqp_set_handshake_timeout(t->conn, &timeout);
+	amqp_set_rpc_timeout(t->conn, &timeout);
 	if (info.ssl)
 	{
 		char	   *cacert = relay_url_param(url, "cacert");

@@ -526,33 +526,34 @@ record_outcomes(Relay *r, Batch *b)
 	free(receipts);
 }
 
-/* Open the target if it is not, or say why not in every error of b */
-static bool
-target_open(Relay *r, Batch *b)
+/*
+ * The target could not be reached: it is tried again a second after the
+ * first time, then twice as long after each next one, up to 30 seconds,
+ * and nothing is fetched for it meanwhile.  Reaching it resets the delay.
+ */
+static void
+target_down(Relay *r)
 {
-	int			i;
+	r->down_delay = r->down_delay == 0 ? 1 : r->down_delay < 16 ? r->down_delay * 2 : 30;
+	r->retry_at = time(NULL) + r->down_delay;
+}
 
-	if (r->open == NULL)
-	{
-		char	   *secret = secret_for(r->target);
-
-		r->open = r->transport->open(r->target, secret, b->errors[0]);
-		free(secret);
-		for (i = 1; r->open == NULL && i < b->n; i++)
-			memcpy(b->errors[i], b->errors[0], RELAY_ERROR_SIZE);
-	}
-	if (r->open == NULL)
-		for (i = 0; i < b->n; i++)
-			b->results[i] = RELAY_DOWN;
-	return r->open != NULL;
+/* Log the target's change of state, if it is one */
+static void
+target_state(Relay *r, bool reachable, const char *error)
+{
+	if ((reachable ? 1 : 0) == r->target_state)
+		return;
+	r->target_state = reachable ? 1 : 0;
+	if (reachable)
+		relay_log("the target is reachable");
+	else
+		relay_log("the target is unreachable: %s", error);
 }
 
 /*
  * Log the target's changes of state, and record the outcomes of a batch;
- * then free it.  A batch in which the target could not be reached sets
- * when it is tried again: a second after the first such batch, then twice
- * as long after each next one, up to 30 seconds; one that reached it
- * resets the delay.
+ * then free it.
  */
 static void
 batch_settle(Relay *r, Batch *b)
@@ -567,10 +568,7 @@ batch_settle(Relay *r, Batch *b)
 		else
 			up = true;
 	if (down)
-	{
-		r->down_delay = r->down_delay == 0 ? 1 : r->down_delay < 16 ? r->down_delay * 2 : 30;
-		r->retry_at = time(NULL) + r->down_delay;
-	}
+		target_down(r);
 	else if (up)
 		r->down_delay = 0;
 
@@ -578,14 +576,7 @@ batch_settle(Relay *r, Batch *b)
 		if (b->results[i] == RELAY_DOWN && b->errors[i][0] == '\0')
 			memcpy(b->errors[i], b->errors[i - 1], RELAY_ERROR_SIZE);
 	for (i = 0; i < b->n; i++)
-		if ((b->results[i] == RELAY_DOWN ? 0 : 1) != r->target_state)
-		{
-			r->target_state = b->results[i] == RELAY_DOWN ? 0 : 1;
-			if (r->target_state == 1)
-				relay_log("the target is reachable");
-			else
-				relay_log("the target is unreachable: %s", b->errors[i]);
-		}
+		target_state(r, b->results[i] != RELAY_DOWN, b->errors[i]);
 	record_outcomes(r, b);
 	batch_free(b);
 }
@@ -626,13 +617,40 @@ window_finish_oldest(Relay *r)
 }
 
 /*
+ * Open the target, before anything is fetched for it, so that opening
+ * takes nothing from a batch's lease; false, the target noted down, when
+ * it cannot be.
+ */
+static bool
+target_open(Relay *r)
+{
+	char		error[RELAY_ERROR_SIZE] = "";
+	char	   *secret = secret_for(r->target);
+
+	r->open = r->transport->open(r->target, secret, error);
+	free(secret);
+	if (r->open != NULL)
+		return true;
+	target_state(r, false, error);
+	target_down(r);
+	return false;
+}
+
+/*
  * Deliver a batch: started, to be finished later; or, when its messages
- * cannot be read or the target cannot be opened, settled at once.
+ * cannot be read, or the target went down while it was fetched, settled
+ * at once (the target is opened again only before a fetch).
  */
 static void
 batch_deliver(Relay *r, Batch *b)
 {
-	if (b->readable && target_open(r, b))
+	if (b->readable && r->open == NULL)
+		for (int i = 0; i < b->n; i++)
+		{
+			b->results[i] = RELAY_DOWN;
+			snprintf(b->errors[i], RELAY_ERROR_SIZE, "the target went down before this batch was sent");
+		}
+	else if (b->readable)
 	{
 		r->transport->start_batch(r->open, b->m, b->n, b->results, b->errors, b->retry_after);
 		r->window[r->nwindow++] = b;
@@ -706,6 +724,8 @@ deliver_target(const char *target)
 				continue;
 			}
 		}
+		if (was_idle && r.open == NULL && !stopping && !target_open(&r))
+			continue;
 
 		if (r.conn == NULL && !stopping)
 		{
@@ -846,8 +866,14 @@ read_targets(char **targets)
 		n = -1;
 	}
 	else
+	{
 		for (i = 0; i < PQntuples(res) && n < MAX_TARGETS; i++)
 			targets[n++] = strdup(PQgetvalue(res, i, 0));
+		if (PQntuples(res) > MAX_TARGETS)
+			relay_log("the routes name %d targets; this relay delivers to the first %d only, in "
+					  "the order of their URLs: run another with --target for each of the others",
+					  PQntuples(res), MAX_TARGETS);
+	}
 	PQclear(res);
 	PQfinish(conn);
 	return n;
@@ -1027,6 +1053,27 @@ main(int argc, char **argv)
 			int			nfresh = read_targets(fresh);
 
 			last_read = time(NULL);
+
+			/*
+			 * A target whose process ended because its routes are gone,
+			 * and that the routes still do not name, gives up its slot
+			 */
+			for (i = 0; nfresh >= 0 && i < ntargets;)
+			{
+				int			j;
+
+				for (j = 0; j < nfresh && strcmp(targets[i], fresh[j]) != 0; j++)
+					;
+				if (children[i] == -1 && j == nfresh)
+				{
+					free(targets[i]);
+					targets[i] = targets[--ntargets];
+					children[i] = children[ntargets];
+					children[ntargets] = 0;
+				}
+				else
+					i++;
+			}
 			for (i = 0; i < nfresh; i++)
 			{
 				int			j;
@@ -1040,6 +1087,9 @@ main(int argc, char **argv)
 					/* A target whose route came back is delivered again */
 					if (j < ntargets && children[j] == -1)
 						children[j] = 0;
+					else if (j == ntargets)
+						relay_log("no room for target %s: this relay delivers to %d at most; "
+								  "run another with --target", fresh[i], MAX_TARGETS);
 					free(fresh[i]);
 				}
 			}
