@@ -23,7 +23,8 @@
  * payload the inbox there refuses), is then delivered alone by
  * inbox_receive, so that one message refused never holds back the others
  * and its error is the one inbox_receive gives.  The batch is sent and
- * answered in start_batch; finish_batch has nothing left to wait for.
+ * answered in start_batch, all its statements within --timeout of its
+ * start; finish_batch has nothing left to wait for.
  *
  * relay/postgres.c
  *
@@ -32,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 #include <libpq-fe.h>
 
@@ -41,7 +43,57 @@ struct RelayTarget
 {
 	PGconn	   *conn;
 	char	   *scope;
+	struct timeval deadline;	/* --timeout after the batch's start */
+	int			statements;		/* run for the batch so far */
+	long		timeout_ms;		/* the session's statement_timeout */
 };
+
+/*
+ * Whether a statement of the batch may run: its messages must be settled
+ * within --timeout of the batch's start, whatever number of statements
+ * it takes, so a statement after the first gets only what is left of it
+ * (a SET of statement_timeout first).  false, with the outcome, when
+ * nothing is left or the SET failed.
+ */
+static RelayResult failure(RelayTarget *t, const PGresult *res, char *error);
+
+static bool
+budget(RelayTarget *t, char *error, RelayResult *outcome)
+{
+	struct timeval now,
+				left;
+	long		left_ms;
+
+	gettimeofday(&now, NULL);
+	timersub(&t->deadline, &now, &left);
+	left_ms = left.tv_sec * 1000L + left.tv_usec / 1000;
+	if (left.tv_sec < 0 || left_ms < 1)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "no time left within --timeout for this message");
+		*outcome = RELAY_RETRY;
+		return false;
+	}
+	/* The first statement runs with --timeout itself, set back if need be */
+	if (t->statements++ == 0)
+		left_ms = relay_timeout * 1000L;
+	if (left_ms != t->timeout_ms)
+	{
+		char		sql[64];
+		PGresult   *res;
+
+		snprintf(sql, sizeof(sql), "SET statement_timeout = %ld", left_ms);
+		res = PQexec(t->conn, sql);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
+			*outcome = failure(t, res, error);
+			PQclear(res);
+			return false;
+		}
+		PQclear(res);
+		t->timeout_ms = left_ms;
+	}
+	return true;
+}
 
 /* url without its scope parameter, the rest of its query kept */
 static char *
@@ -128,6 +180,7 @@ pg_open(const char *url, const char *secret, char *error)
 	t = calloc(1, sizeof(RelayTarget));
 	t->conn = conn;
 	t->scope = scope;
+	t->timeout_ms = relay_timeout * 1000L;
 	return t;
 }
 
@@ -161,6 +214,8 @@ pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 	PGresult   *res;
 	RelayResult result;
 
+	if (!budget(t, error, &result))
+		return result;
 	res = PQexecParams(t->conn,
 					   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea)"
 					   : "SELECT inbox_receive($1, $2, $3::jsonb)",
@@ -268,6 +323,18 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 	}
 	text_add(&ids, "}", 1);
 	text_add(&payloads, "}", 1);
+	if (!budget(t, errors[which[0]], &outcome))
+	{
+		free(ids.data);
+		free(payloads.data);
+		for (i = 0; i < count; i++)
+		{
+			results[which[i]] = outcome;
+			if (i > 0)
+				memcpy(errors[which[i]], errors[which[0]], RELAY_ERROR_SIZE);
+		}
+		return;
+	}
 	params[0] = t->scope;
 	params[1] = ids.data;
 	params[2] = payloads.data;
@@ -324,6 +391,9 @@ pg_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *result
 {
 	int		   *which = malloc(n * sizeof(int));
 
+	gettimeofday(&t->deadline, NULL);
+	t->deadline.tv_sec += relay_timeout;
+	t->statements = 0;
 	for (int i = 0; i < n; i++)
 		results[i] = RELAY_DOWN;
 	for (int kind = 0; kind < 2; kind++)

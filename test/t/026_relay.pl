@@ -433,6 +433,24 @@ like($node->sql(q{SELECT d.last_error FROM inbox.outbox_deliveries AS d JOIN inb
 	'and its options apply there: with that search_path, the message fails');
 $node->sql("SELECT outbox_unroute('named', '$pg_named')");
 
+# A batch of a JSON and a bytea payload takes two statements there; both
+# together must end within --timeout of the batch's start.  With the
+# other inbox locked, the first waits out the whole of it, and the second
+# is not run: nothing is left of it.
+my $pg_slow = "$pg_target&connect_timeout=7";
+$node->sql("SELECT outbox_route('slow', '$pg_slow', '{\"backoff\": \"1 hour\"}')");
+$node->sql(q{SELECT outbox_send('slow', 's1', '{"n": 1}'::jsonb); SELECT outbox_send('slow', 's2', '\x01'::bytea)});
+my $locker = $downstream->background_psql('postgres');
+$locker->query_safe('BEGIN; LOCK TABLE inbox.entries IN ACCESS EXCLUSIVE MODE');
+ok(run_relay_once("--target=$pg_slow", '--timeout=2'), 'a relay runs to a target that does not answer in time');
+$locker->query_safe('ROLLBACK');
+$locker->quit;
+is($node->sql(q{SELECT string_agg(m.key || ': ' || d.last_error, ' | ' ORDER BY m.key)
+		FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id) WHERE m.topic = 'slow'}),
+	's1: ERROR:  canceling statement due to statement timeout | s2: no time left within --timeout for this message',
+	'the first statement ends at --timeout, and the second is not run');
+$node->sql("SELECT outbox_unroute('slow', '$pg_slow')");
+
 # The other database restarts under a running relay: the batch sent on the
 # lost connection finds the target down, the relay opens it again, and the
 # messages arrive after their backoff
