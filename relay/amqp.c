@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <amqp.h>
@@ -228,13 +227,6 @@ amqp_target_open(const char *url, const char *secret, char *error)
 		amqp_target_close(t);
 		return NULL;
 	}
-
-	/*
-	 * A broker that stops reading (a resource alarm blocks publishers)
-	 * fails a publish within --timeout, instead of holding it past the
-	 * batch's lease
-	 */
-	setsockopt(amqp_get_sockfd(t->conn), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
 	free(base);
 	return t;
 }
