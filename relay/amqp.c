@@ -24,7 +24,11 @@
  * are published as mandatory: a message no queue would take is returned
  * (basic.return) before its ack, and is retried rather than lost.  A nack
  * is retried; a closed channel or connection fails every open batch, and
- * reopens the target at the next one.
+ * reopens the target at the next one.  The messages the broker had when
+ * it closed them count an attempt; a lost connection, or no confirmation
+ * within --timeout, finds the target unreachable (RELAY_DOWN) and counts
+ * none.  A broker that stops reading (a resource alarm) can hold a
+ * publish: rabbitmq-c waits for its socket without a deadline.
  *
  * amqps:// is the same over TLS, the broker's certificate and host name
  * verified against the CA file of the cacert parameter, Debian's bundle
@@ -73,6 +77,7 @@ struct RelayTarget
 	OpenBatch  *open[RELAY_WINDOW]; /* oldest first */
 	int			nopen;
 	const char *broken;			/* why the connection is unusable, or NULL */
+	bool		refused;		/* the broker closed it: it had the messages */
 };
 
 static bool
@@ -409,9 +414,11 @@ amqp_target_finish_batch(RelayTarget *t)
 		{
 			case AMQP_CHANNEL_CLOSE_METHOD:
 				t->broken = "the broker closed the channel";
+				t->refused = true;
 				break;
 			case AMQP_CONNECTION_CLOSE_METHOD:
 				t->broken = "the broker closed the connection";
+				t->refused = true;
 				break;
 			case AMQP_BASIC_ACK_METHOD:
 				{
@@ -443,10 +450,22 @@ amqp_target_finish_batch(RelayTarget *t)
 				break;
 		}
 	}
+	/*
+	 * A message the broker had when it closed the channel or the
+	 * connection was refused by it, and counts an attempt (a message it
+	 * cannot take dies after its attempts); one it never got, or whose
+	 * connection was lost or went unanswered, found it unreachable.
+	 */
 	if (t->broken != NULL)
 		for (i = 0; i < o->n; i++)
-			if (!o->settled[i] && o->errors[i][0] == '\0')
-				snprintf(o->errors[i], RELAY_ERROR_SIZE, "waiting for the confirmation: %s", t->broken);
+			if (!o->settled[i])
+			{
+				if (o->errors[i][0] == '\0')
+					snprintf(o->errors[i], RELAY_ERROR_SIZE, "%s: %s",
+							 i < o->published ? "waiting for the confirmation" : "not published", t->broken);
+				if (t->refused && i < o->published)
+					o->results[i] = RELAY_RETRY;
+			}
 	free(o->returned);
 	free(o->settled);
 	free(o);

@@ -528,12 +528,16 @@ record_outcomes(Relay *r, Batch *b)
 
 /*
  * The target could not be reached: it is tried again a second after the
- * first time, then twice as long after each next one, up to 30 seconds,
- * and nothing is fetched for it meanwhile.  Reaching it resets the delay.
+ * first time, then twice as long after each next try that fails, up to 30
+ * seconds, and nothing is fetched for it meanwhile.  The batches that
+ * were in flight when it went down are the same try.  Reaching it resets
+ * the delay.
  */
 static void
 target_down(Relay *r)
 {
+	if (r->down_delay > 0 && time(NULL) < r->retry_at)
+		return;
 	r->down_delay = r->down_delay == 0 ? 1 : r->down_delay < 16 ? r->down_delay * 2 : 30;
 	r->retry_at = time(NULL) + r->down_delay;
 }
@@ -804,7 +808,7 @@ deliver_target(const char *target)
 			 * the one before is settled, within --timeout of its lease
 			 * (see main()).
 			 */
-			if (!stopping && b->readable)
+			if (!stopping && b->readable && r.open != NULL)
 			{
 				params[3] = NULL;
 				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,

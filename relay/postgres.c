@@ -69,8 +69,9 @@ budget(RelayTarget *t, char *error, RelayResult *outcome)
 	left_ms = left.tv_sec * 1000L + left.tv_usec / 1000;
 	if (left.tv_sec < 0 || left_ms < 1)
 	{
+		/* Not sent: the target was too slow, and the attempt does not count */
 		snprintf(error, RELAY_ERROR_SIZE, "no time left within --timeout for this message");
-		*outcome = RELAY_RETRY;
+		*outcome = RELAY_DOWN;
 		return false;
 	}
 	/* The first statement runs with --timeout itself, set back if need be */

@@ -23,7 +23,7 @@
  * A 2xx answer is a delivery.  408, 429 and 5xx, and every failure to get
  * an answer, are retried (after Retry-After when the answer gives one, in
  * seconds); any other answer is refused: the message is dead once its
- * attempts are spent.  A request of which nothing went out (the name did
+ * attempts are spent.  A request that could not go out (the name did
  * not resolve, the connection or the TLS handshake failed) found the
  * target unreachable (RELAY_DOWN), and counts no attempt.  Redirects are
  * not followed.
@@ -244,16 +244,17 @@ request_end(Request *q, CURLcode rc)
 	q->done = true;
 	if (rc != CURLE_OK)
 	{
-		long		sent = 0;
-
 		/*
-		 * Nothing of the request went out (no address, no connection, no
-		 * TLS handshake): the target could not be reached, and the
-		 * message did not reach it.  Otherwise it may have.
+		 * No address, no connection, no TLS handshake: the target could
+		 * not be reached, and the request did not go out.  Any other
+		 * failure may come after the target got it.
 		 */
-		curl_easy_getinfo(q->curl, CURLINFO_REQUEST_SIZE, &sent);
+		bool		unreached = rc == CURLE_COULDNT_RESOLVE_PROXY || rc == CURLE_COULDNT_RESOLVE_HOST ||
+			rc == CURLE_COULDNT_CONNECT || rc == CURLE_SSL_CONNECT_ERROR ||
+			rc == CURLE_PEER_FAILED_VERIFICATION;
+
 		snprintf(q->error, RELAY_ERROR_SIZE, "no answer: %s", curl_easy_strerror(rc));
-		*q->result = sent == 0 ? RELAY_DOWN : RELAY_RETRY;
+		*q->result = unreached ? RELAY_DOWN : RELAY_RETRY;
 		return;
 	}
 	curl_easy_getinfo(q->curl, CURLINFO_RESPONSE_CODE, &status);

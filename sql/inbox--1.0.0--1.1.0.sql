@@ -1978,11 +1978,11 @@ BEGIN
 		IF FOUND THEN
 			-- The commit of a fetch that leased waits for the disk, and
 			-- for the synchronous standbys where there are, even where
-			-- synchronous_commit is off: a relay may acknowledge without
-			-- waiting (inbox-relay does), and this commit makes durable the
-			-- acknowledgements this fetch saw, before the keys' next
-			-- messages can leave.
-			IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'off' THEN
+			-- synchronous_commit is off or local: a relay may acknowledge
+			-- without waiting (inbox-relay does), and this commit makes
+			-- durable the acknowledgements this fetch saw, before the keys'
+			-- next messages can leave.
+			IF pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) ANY ('{off,local}'::text[]) THEN
 				PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
 			END IF;
 			RETURN;

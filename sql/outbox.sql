@@ -389,6 +389,13 @@ SELECT count(*) AS leased FROM outbox_fetch('https://durable.example/hook', 10, 
 SELECT current_setting('synchronous_commit') AS after_lease;
 COMMIT;
 SELECT current_setting('synchronous_commit') AS after_commit;
+-- local, which waits for no standby, is raised too
+BEGIN;
+SET LOCAL synchronous_commit = local;
+SELECT cardinality(outbox_send_many('durable', ARRAY['d-2'], array_fill('{}'::jsonb, ARRAY[1]))) AS sent;
+SELECT count(*) AS leased FROM outbox_fetch('https://durable.example/hook', 10, '1 minute');
+SELECT current_setting('synchronous_commit') AS after_lease;
+COMMIT;
 SELECT outbox_unroute('durable', 'https://durable.example/hook');
 
 -- Positions go on after a purge: o-1's row went with its last message,
