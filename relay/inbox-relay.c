@@ -557,9 +557,10 @@ target_state(Relay *r, bool reachable, const char *error)
 
 /*
  * Log the target's changes of state, and record the outcomes of a batch;
- * then free it.
+ * then free it.  Whether the target could not be reached for one of its
+ * messages.
  */
-static void
+static bool
 batch_settle(Relay *r, Batch *b)
 {
 	int			i;
@@ -583,6 +584,7 @@ batch_settle(Relay *r, Batch *b)
 		target_state(r, b->results[i] != RELAY_DOWN, b->errors[i]);
 	record_outcomes(r, b);
 	batch_free(b);
+	return down;
 }
 
 /* Finish and settle the oldest started batch; whether the target went down */
@@ -590,17 +592,11 @@ static bool
 window_finish_one(Relay *r)
 {
 	Batch	   *b = r->window[0];
-	bool		down = false;
-	int			i;
 
 	r->transport->finish_batch(r->open);
 	r->nwindow--;
 	memmove(&r->window[0], &r->window[1], r->nwindow * sizeof(Batch *));
-	for (i = 0; i < b->n; i++)
-		if (b->results[i] == RELAY_DOWN)
-			down = true;
-	batch_settle(r, b);
-	return down;
+	return batch_settle(r, b);
 }
 
 /*

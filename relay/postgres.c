@@ -48,54 +48,6 @@ struct RelayTarget
 	long		timeout_ms;		/* the session's statement_timeout */
 };
 
-/*
- * Whether a statement of the batch may run: its messages must be settled
- * within --timeout of the batch's start, whatever number of statements
- * it takes, so a statement after the first gets only what is left of it
- * (a SET of statement_timeout first).  false, with the outcome, when
- * nothing is left or the SET failed.
- */
-static RelayResult failure(RelayTarget *t, const PGresult *res, char *error);
-
-static bool
-budget(RelayTarget *t, char *error, RelayResult *outcome)
-{
-	struct timeval now,
-				left;
-	long		left_ms;
-
-	gettimeofday(&now, NULL);
-	timersub(&t->deadline, &now, &left);
-	left_ms = left.tv_sec * 1000L + left.tv_usec / 1000;
-	if (left.tv_sec < 0 || left_ms < 1)
-	{
-		/* Not sent: the target was too slow, and the attempt does not count */
-		snprintf(error, RELAY_ERROR_SIZE, "no time left within --timeout for this message");
-		*outcome = RELAY_DOWN;
-		return false;
-	}
-	/* The first statement runs with --timeout itself, set back if need be */
-	if (t->statements++ == 0)
-		left_ms = relay_timeout * 1000L;
-	if (left_ms != t->timeout_ms)
-	{
-		char		sql[64];
-		PGresult   *res;
-
-		snprintf(sql, sizeof(sql), "SET statement_timeout = %ld", left_ms);
-		res = PQexec(t->conn, sql);
-		if (PQresultStatus(res) != PGRES_COMMAND_OK)
-		{
-			*outcome = failure(t, res, error);
-			PQclear(res);
-			return false;
-		}
-		PQclear(res);
-		t->timeout_ms = left_ms;
-	}
-	return true;
-}
-
 /* url without its scope parameter, the rest of its query kept */
 static char *
 without_scope(const char *url)
@@ -206,6 +158,52 @@ failure(RelayTarget *t, const PGresult *res, char *error)
 	return RELAY_REFUSED;
 }
 
+/*
+ * Whether a statement of the batch may run: its messages must be settled
+ * within --timeout of the batch's start, whatever number of statements
+ * it takes, so a statement after the first gets only what is left of it
+ * (a SET of statement_timeout first).  false, with the outcome, when
+ * nothing is left or the SET failed.
+ */
+static bool
+budget(RelayTarget *t, char *error, RelayResult *outcome)
+{
+	struct timeval now,
+				left;
+	long		left_ms;
+
+	gettimeofday(&now, NULL);
+	timersub(&t->deadline, &now, &left);
+	left_ms = left.tv_sec * 1000L + left.tv_usec / 1000;
+	if (left_ms < 1)
+	{
+		/* Not sent: the target was too slow, and the attempt does not count */
+		snprintf(error, RELAY_ERROR_SIZE, "no time left within --timeout for this message");
+		*outcome = RELAY_DOWN;
+		return false;
+	}
+	/* The first statement runs with --timeout itself, set back if need be */
+	if (t->statements++ == 0)
+		left_ms = relay_timeout * 1000L;
+	if (left_ms != t->timeout_ms)
+	{
+		char		sql[64];
+		PGresult   *res;
+
+		snprintf(sql, sizeof(sql), "SET statement_timeout = %ld", left_ms);
+		res = PQexec(t->conn, sql);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		{
+			*outcome = failure(t, res, error);
+			PQclear(res);
+			return false;
+		}
+		PQclear(res);
+		t->timeout_ms = left_ms;
+	}
+	return true;
+}
+
 static RelayResult
 pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 {
@@ -311,8 +309,9 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 	Text		ids = {0},
 				payloads = {0};
 	const char *params[3];
-	PGresult   *res;
+	PGresult   *res = NULL;
 	RelayResult outcome;
+	bool		ran;
 	int			i;
 
 	text_add(&ids, "{", 1);
@@ -324,30 +323,22 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 	}
 	text_add(&ids, "}", 1);
 	text_add(&payloads, "}", 1);
-	if (!budget(t, errors[which[0]], &outcome))
+	ran = budget(t, errors[which[0]], &outcome);
+	if (ran)
 	{
-		free(ids.data);
-		free(payloads.data);
-		for (i = 0; i < count; i++)
-		{
-			results[which[i]] = outcome;
-			if (i > 0)
-				memcpy(errors[which[i]], errors[which[0]], RELAY_ERROR_SIZE);
-		}
-		return;
+		params[0] = t->scope;
+		params[1] = ids.data;
+		params[2] = payloads.data;
+		res = PQexecParams(t->conn, binary ?
+						   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+						   "$3::bytea[], on_mismatch => 'return') AS r" :
+						   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+						   "$3::jsonb[], on_mismatch => 'return') AS r",
+						   3, NULL, params, NULL, NULL, 0);
 	}
-	params[0] = t->scope;
-	params[1] = ids.data;
-	params[2] = payloads.data;
-	res = PQexecParams(t->conn, binary ?
-					   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-					   "$3::bytea[], on_mismatch => 'return') AS r" :
-					   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-					   "$3::jsonb[], on_mismatch => 'return') AS r",
-					   3, NULL, params, NULL, NULL, 0);
 	free(ids.data);
 	free(payloads.data);
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == count)
+	if (ran && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == count)
 	{
 		for (i = 0; i < count; i++)
 		{
@@ -363,14 +354,19 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 		PQclear(res);
 		return;
 	}
-	outcome = PQresultStatus(res) == PGRES_TUPLES_OK ? RELAY_REFUSED :
-		failure(t, res, errors[which[0]]);
-	PQclear(res);
+	/* Not run: budget's outcome holds for every message */
+	if (ran)
+	{
+		outcome = PQresultStatus(res) == PGRES_TUPLES_OK ? RELAY_REFUSED :
+			failure(t, res, errors[which[0]]);
+		PQclear(res);
+	}
 	for (i = 0; i < count; i++)
 	{
 		int			k = which[i];
 
-		if (outcome == RELAY_REFUSED)
+		/* A statement refused is tried message by message */
+		if (ran && outcome == RELAY_REFUSED)
 			results[k] = pg_deliver(t, &m[k], errors[k], &retry_after[k]);
 		else
 		{
