@@ -8,9 +8,8 @@
 #	  beside the new build.  Prints the copy's bindir.  A release whose tag
 #	  this clone lacks is found by its version in inbox.control.
 #
-# The copy holds the server's bindir, pkglibdir and sharedir at the same
-# paths under DEST, so the relocatable server finds its library and
-# extension files there; nothing outside DEST is written.  REV is built
+# The copy is tmp_install.sh's, at DEST/root; nothing outside DEST is
+# written.  REV is built
 # from git archive, against the same server headers as the new build.
 # Fails, with one line on stderr, where REV is not in this clone.
 #
@@ -46,26 +45,15 @@ if ! git_top rev-parse -q --verify "$rev^{commit}" >/dev/null 2>&1; then
 	exit 1
 fi
 
-bindir=$("$PG_CONFIG" --bindir)
-pkglibdir=$("$PG_CONFIG" --pkglibdir)
-sharedir=$("$PG_CONFIG" --sharedir)
-
-mkdir -p "$dest/src" "$dest/stage"
+mkdir -p "$dest/src"
 git_top archive "$rev" | tar -xf - -C "$dest/src"
 make -C "$dest/src" -s PG_CONFIG="$PG_CONFIG" all >"$dest/build.log" 2>&1 || {
 	tail -n 20 "$dest/build.log" >&2
 	echo "baseline.sh: $rev does not build" >&2
 	exit 1
 }
-make -C "$dest/src" -s PG_CONFIG="$PG_CONFIG" DESTDIR="$dest/stage" install >>"$dest/build.log" 2>&1
-
-for d in "$bindir" "$pkglibdir" "$sharedir"; do
-	mkdir -p "$dest/root$d"
-	cp -a "$d/." "$dest/root$d/"
-done
-# Only REV's files of the extension, none of the new build's
-rm -f "$dest/root$pkglibdir"/inbox.so "$dest/root$sharedir"/extension/inbox.control \
-	"$dest/root$sharedir"/extension/inbox--*.sql
-cp -a "$dest/stage/." "$dest/root/"
-rm -rf "$dest/src" "$dest/stage"
-echo "$dest/root$bindir"
+# The server alone, then only REV's files of the extension
+pg_config=$(bash "$top/test/tools/tmp_install.sh" "$dest/root" "")
+make -C "$dest/src" -s PG_CONFIG="$PG_CONFIG" DESTDIR="$dest/root" install >>"$dest/build.log" 2>&1
+rm -rf "$dest/src"
+"$pg_config" --bindir

@@ -34,39 +34,6 @@ if [ "$(cat "$top/.built-for" 2>/dev/null)" != "$built_for" ]; then
 fi
 make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null
 
-# True when the installed extension is byte for byte what was just built.
-# Reinstalling replaces the library under running servers (a server that
-# loads it at that moment fails with 58P01), so only do it when needed.
-installed_is_current()
-{
-	local lib share f
-	lib=$("$PG_CONFIG" --pkglibdir)
-	share=$("$PG_CONFIG" --sharedir)/extension
-	cmp -s "$top/inbox.so" "$lib/inbox.so" || return 1
-	cmp -s "$top/inbox.control" "$share/inbox.control" || return 1
-	for f in "$top"/sql/inbox--*.sql; do
-		cmp -s "$f" "$share/$(basename "$f")" || return 1
-	done
-	# The relay, where it was built and installed before: the tests run the
-	# installed one (where it was never installed, make install may not be
-	# able to: its libraries may be missing)
-	local relay
-	relay=$("$PG_CONFIG" --bindir)/inbox-relay
-	if [ -x "$top/relay/inbox-relay" ] && [ -e "$relay" ]; then
-		cmp -s "$top/relay/inbox-relay" "$relay" || return 1
-	fi
-	return 0
-}
-
-if installed_is_current; then
-	:
-elif [ "$(id -u)" -eq 0 ] || [ -w "$("$PG_CONFIG" --pkglibdir)" ]; then
-	make -C "$top" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
-elif ! [ -f "$("$PG_CONFIG" --sharedir)/extension/inbox.control" ]; then
-	echo "run.sh: cannot install into $("$PG_CONFIG" --pkglibdir); run as root" >&2
-	exit 1
-fi
-
 if [ "$(id -u)" -eq 0 ]; then
 	runner=postgres
 	work=$(mktemp -d "${TMPDIR:-/tmp}/inbox-$mode.XXXXXX")
@@ -74,12 +41,33 @@ if [ "$(id -u)" -eq 0 ]; then
 	# The tracked files plus the untracked ones a developer is working on
 	(cd "$top" && { git ls-files -co --exclude-standard 2>/dev/null || find . -type f -not -path './.git/*'; } |
 		tar -cf - -T -) | tar -xf - -C "$work"
-	chown -R "$runner" "$work"
-	as_runner() { runuser -u "$runner" -- env PG_CONFIG="$PG_CONFIG" "$@"; }
+	as_runner() { runuser -u "$runner" -- env PG_CONFIG="$PG_CONFIG" PATH="$bindir:$PATH" "$@"; }
 else
 	work=$top
-	as_runner() { "$@"; }
+	as_runner() { env PG_CONFIG="$PG_CONFIG" PATH="$bindir:$PATH" "$@"; }
 fi
+
+# The extension and the relay go into a private copy of the server's tree
+# (tmp_install/, as PostgreSQL's own "make check" does), never into the
+# system's PostgreSQL: everything below runs that copy's pg_config and
+# binaries.  The system's files are fingerprinted before and compared
+# after, so a run that wrote there says so and fails.
+system_dirs="$("$PG_CONFIG" --bindir) $("$PG_CONFIG" --pkglibdir) $("$PG_CONFIG" --sharedir)/extension"
+# shellcheck disable=SC2086
+fingerprint() { find $system_dirs -printf '%p %s %T@ %m\n' 2>/dev/null | sort | md5sum; }
+system_before=$(fingerprint)
+PG_CONFIG=$(bash "$top/test/tools/tmp_install.sh" "$work/tmp_install" "$top")
+export PG_CONFIG
+[ "$(id -u)" -eq 0 ] && chown -R "$runner" "$work"
+check_system()
+{
+	if [ "$(fingerprint)" = "$system_before" ]; then
+		echo "run.sh: the system's PostgreSQL is unchanged ($system_dirs)"
+	else
+		echo "run.sh: the system's PostgreSQL changed during the run ($system_dirs)" >&2
+		return 1
+	fi
+}
 
 bindir=$("$PG_CONFIG" --bindir)
 
@@ -210,12 +198,14 @@ case "$mode" in
 				fi
 			fi
 		done
+		check_system || { status=1; failed=$((failed + 1)); }
 		# One closing line that counts every test of every suite
 		echo "inbox: $passed passed, $failed failed"
 		exit $status
 		;;
 	demo)
-		as_runner env PATH="$bindir:$PATH" bash "$work/test/demo/demo.sh"
+		as_runner bash "$work/test/demo/demo.sh"
+		check_system
 		;;
 	bench)
 		# The last release, built into a private copy of the server, for
@@ -232,9 +222,10 @@ case "$mode" in
 				baseline_bindir='' baseline_why="$release could not be built: $(tail -n 1 "$baseline/why")"
 			fi
 		fi
-		as_runner env PATH="$bindir:$PATH" BENCH_BASELINE_BINDIR="$baseline_bindir" \
+		as_runner env BENCH_BASELINE_BINDIR="$baseline_bindir" \
 			BENCH_BASELINE_NAME="$release" BENCH_BASELINE_WHY="$baseline_why" \
 			bash "$work/test/bench/bench.sh" "${@:2}"
+		check_system
 		;;
 	*)
 		echo "usage: test/tools/run.sh test|demo|bench" >&2
