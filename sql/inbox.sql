@@ -894,9 +894,8 @@ $$;
  * group (scope, group_key), and a scope's takes hand out at most one
  * message of a group at a time: its head, the member received first.
  *
- *	inbox.groups         one row per group that has messages: the last
- *	                     position given; its row lock orders the group's
- *	                     receives and releases
+ *	inbox.groups         one row per group that has messages: its row
+ *	                     lock orders the group's receives and releases
  *	inbox.group_members  one row per message of a group not yet done:
  *	                     pending, processing or dead; a dead one that its
  *	                     scope skipped is kept (skipped), out of the order
@@ -917,17 +916,19 @@ $$;
  * dead head in a scope that blocks ('block', the default) holds its group
  * until inbox_requeue gives it back, or the scope is set to 'skip'.
  *
- * Receive order is commit order.  A receive takes its message's position
- * with an upsert of its group's row (last = last + 1), whose lock it holds
- * until it ends, as outbox_send does for its keys; a new member is due
- * only if no member precedes it, which it checks in a statement after
- * the upsert.  A release updates the same row before it looks for the
- * next member.  So a receive still running holds a release back until it
- * commits, and the release then sees its member; a release that runs
- * first holds the receive back, which then finds no member before its
- * own.  A group's row goes when its last member leaves, in the release
- * that holds it: a receive waiting for it then writes a new one, and
- * positions start over in a group with no member.  So inbox.groups holds
+ * Receive order is commit order.  A receive locks its group's row with
+ * an upsert, which writes the row once per transaction, and holds the
+ * lock until it ends, as outbox_send does for its keys.  With a snapshot
+ * taken after the lock, its messages take the positions after the
+ * group's last member, and are written with no due; the first of them
+ * gets one only if no live member precedes it (src/groups.c, which reads
+ * only the group's own rows).  A release updates the same row before it
+ * looks for the next member.  So a receive still running holds a release
+ * back until it commits, and the release then sees its member; a release
+ * that runs first holds the receive back, which then finds no member
+ * before its own.  A group's row goes when its last member leaves, in the
+ * release that holds it: a receive waiting for it then writes a new one,
+ * and positions start over in a group with no member.  So inbox.groups holds
  * the groups that have messages, not every group key ever used.
  * Under REPEATABLE READ or SERIALIZABLE, whichever comes second
  * fails with a serialization failure (40001) instead of reading an old
@@ -938,14 +939,13 @@ $$;
 CREATE TABLE inbox.groups (
 	scope text COLLATE pg_catalog."C" NOT NULL,
 	group_key text COLLATE pg_catalog."C" NOT NULL,
-	last bigint NOT NULL,
 	CONSTRAINT groups_pkey PRIMARY KEY (scope, group_key),
 	CONSTRAINT groups_group_key_length
 		CHECK (pg_catalog.octet_length(group_key) BETWEEN 1 AND 1024)
 );
 
 COMMENT ON TABLE inbox.groups IS
-'per ordered group of the deferred mode, the last position given: the row lock that orders its receives';
+'per ordered group of the deferred mode that has members: the row lock that orders its receives and releases';
 
 REVOKE ALL ON TABLE inbox.groups FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.groups', '');
@@ -966,59 +966,6 @@ COMMENT ON TABLE inbox.group_members IS
 
 REVOKE ALL ON TABLE inbox.group_members FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.group_members', '');
-
-/*
- * inbox.group_enqueue(scope, message_ids, group_keys, not_before): put
- * messages just received into their groups, in the arrays' order (NULL
- * keys: no group).  A member keeps its receive's not_before, which its
- * due honours when it becomes the head.  The groups are locked in byte
- * order, all at once, so that two batches over the same groups never wait
- * on each other in a circle.
- */
-CREATE FUNCTION inbox.group_enqueue(p_scope text, p_ids text[], p_keys text[],
-									p_not_before timestamptz)
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	WITH items AS (
-		SELECT u.id, u.k, u.i,
-			   pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS r,
-			   pg_catalog.count(*) OVER (PARTITION BY u.k) AS c
-		  FROM ROWS FROM (pg_catalog.unnest(p_ids), pg_catalog.unnest(p_keys))
-			   WITH ORDINALITY AS u(id, k, i)
-		 WHERE u.k IS NOT NULL),
-	locked AS (
-		INSERT INTO inbox.groups AS g (scope, group_key, last)
-		SELECT p_scope, d.k, d.c
-		  FROM (SELECT DISTINCT it.k COLLATE "C" AS k, it.c FROM items AS it ORDER BY 1) AS d
-		ON CONFLICT ON CONSTRAINT groups_pkey DO UPDATE
-		   SET last = g.last OPERATOR(pg_catalog.+) EXCLUDED.last
-		RETURNING g.group_key, g.last)
-	INSERT INTO inbox.group_members AS m (scope, message_id, group_key, position, not_before)
-	SELECT p_scope, it.id, it.k,
-		   l.last OPERATOR(pg_catalog.-) it.c OPERATOR(pg_catalog.+) it.r, p_not_before
-	  FROM items AS it
-	  JOIN locked AS l ON l.group_key OPERATOR(pg_catalog.=) it.k COLLATE "C";
-
-	-- A statement of its own, whose snapshot sees the releases that
-	-- committed while the upsert waited: a member behind another waits.
-	UPDATE inbox.entries AS e
-	   SET due = NULL
-	  FROM inbox.group_members AS m
-	 WHERE m.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND m.message_id OPERATOR(pg_catalog.=) ANY (p_ids)
-	   AND EXISTS (SELECT FROM inbox.group_members AS o
-				   WHERE o.scope OPERATOR(pg_catalog.=) m.scope
-					 AND o.group_key OPERATOR(pg_catalog.=) m.group_key
-					 AND o.position OPERATOR(pg_catalog.<) m.position
-					 AND NOT o.skipped)
-	   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
-	   AND e.message_id OPERATOR(pg_catalog.=) m.message_id
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, m.message_id);
-END
-$$;
 
 /*
  * inbox.group_leave(scope, message_id, receipt, skip): the message (or
@@ -1502,7 +1449,6 @@ COMMENT ON FUNCTION @extschema@.inbox_result(text, text) IS
 'the result stored by inbox_complete, so that a redelivered request is answered as the first time; NULL if none';
 
 REVOKE ALL ON FUNCTION inbox.session_key() FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.group_enqueue(text, text[], text[], timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.group_leave(text, text, uuid, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.group_dead(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.wake_takers(text) FROM PUBLIC;

@@ -78,6 +78,7 @@ PG_FUNCTION_INFO_V1(inbox_receive_bytes_1_0);
  * partitioned parent would instead set up tuple routing, or run-time
  * pruning, on every execution, work that the bucket already did once for
  * the key.  The last parameter is the key's bucket (key_args appends it).
+ * A receive's $6 is its entry's due (claim_receive_due).
  */
 static const InboxLeafStatement key_statements[KEY_STATEMENTS] = {
 	[KEY_INSERT] = {
@@ -90,7 +91,7 @@ static const InboxLeafStatement key_statements[KEY_STATEMENTS] = {
 	[KEY_RECEIVE] = {
 		"receive",
 		"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes, due) "
-		"VALUES ($1, $2, $7, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now())) "
+		"VALUES ($1, $2, $7, $3, 'p', $4, $5, $6) "
 		"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, INT2OID}
 	},
@@ -102,7 +103,7 @@ static const InboxLeafStatement key_statements[KEY_STATEMENTS] = {
 	[KEY_RECEIVE_RANKED] = {
 		"receive with a priority",
 		"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes, due, priority) "
-		"VALUES ($1, $2, $8, $3, 'p', $4, $5, GREATEST($6, pg_catalog.now()), $7) "
+		"VALUES ($1, $2, $8, $3, 'p', $4, $5, $6, $7) "
 		"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
 		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, INT2OID, INT2OID}
 	},
@@ -551,6 +552,24 @@ claim_payload_digest(Datum payload, bool is_jsonb)
 }
 
 /*
+ * A received entry's due: now(), or its not_before if later.  A message
+ * with a group key has none (*null is 'n'): it waits behind its group
+ * until groups.c finds it the head.
+ */
+Datum
+claim_receive_due(Datum not_before, bool grouped, char *null)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	*null = grouped ? 'n' : ' ';
+	if (grouped)
+		return (Datum) 0;
+	if (not_before != (Datum) 0 && DatumGetTimestampTz(not_before) > now)
+		return not_before;
+	return TimestampTzGetDatum(now);
+}
+
+/*
  * inbox_receive(scope text, message_id text, payload jsonb|bytea,
  *				 payload_hash bytea, not_before timestamptz, group_key text,
  *				 priority integer)
@@ -574,6 +593,7 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	Datum		payload;
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', 'n', 'n', 'n', ' '};
+	Datum		not_before;
 	bool		received;
 	KeyPlans	kp;
 
@@ -594,13 +614,13 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	values[is_jsonb ? 3 : 4] = payload;
 	nulls[is_jsonb ? 3 : 4] = ' ';
 	/* not_before, in every form but the shortest of 1.0.0 */
-	values[5] = (Datum) 0;
+	not_before = (Datum) 0;
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{
 		inbox_check_not_before(PG_GETARG_TIMESTAMPTZ(4));
-		values[5] = PG_GETARG_DATUM(4);
-		nulls[5] = ' ';
+		not_before = PG_GETARG_DATUM(4);
 	}
+	values[5] = claim_receive_due(not_before, group_key != NULL, &nulls[5]);
 
 	values[6] = Int16GetDatum((int16) priority);
 
@@ -609,7 +629,7 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	received = claim_key(&kp, priority > 0 ? KEY_RECEIVE_RANKED : KEY_RECEIVE, values, nulls,
 						 scope, message_id, payload_hash);
 	if (received && group_key != NULL)
-		inbox_group_enqueue_one(scope, message_id, group_key, values[5]);
+		inbox_group_enqueue(scope, 1, &message_id, &group_key, not_before);
 	SPI_finish();
 	if (received)
 		inbox_scope_touched(inbox_scope_leaf(scope), scope,

@@ -56,6 +56,7 @@ typedef struct StoredEntry
 extern bool claim_insert_entry(const KeyPlans *kp, KeyStatement kind, Datum *values,
 							   const char *nulls, text *scope, text *message_id,
 							   bytea *payload_hash, bool try_direct);
+extern Datum claim_receive_due(Datum not_before, bool grouped, char *null);
 extern bool claim_hashes_equal(const bytea *a, const bytea *b);
 extern bytea *claim_payload_digest(Datum payload, bool is_jsonb);
 extern void claim_raise_contention(const text *scope, const text *message_id, int attempt);

@@ -94,12 +94,20 @@ static const char *const insert_many_sql =
 "ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
 
+/*
+ * A received entry's due, as claim_receive_due makes it: none for a
+ * message with a group key, $8 (NULL for a batch without keys), which
+ * groups.c gives its due once it finds it the head of its group.
+ */
+#define RECEIVE_MANY_DUE \
+	"CASE WHEN u.k IS NULL THEN GREATEST($6, pg_catalog.now()) END"
+
 /* %s is the payload's column: payload (jsonb) or payload_bytes */
 static const char *const receive_many_sql =
 "INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash, state, %s, due) "
-"SELECT $1, u.m, u.b, u.h, 'p', u.p, GREATEST($6, pg_catalog.now()) "
+"SELECT $1, u.m, u.b, u.h, 'p', u.p, " RECEIVE_MANY_DUE " "
 "FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), "
-"pg_catalog.unnest($5)) AS u(m, b, h, p) "
+"pg_catalog.unnest($5), pg_catalog.unnest($8)) AS u(m, b, h, p, k) "
 "ORDER BY u.m COLLATE pg_catalog.\"C\" "
 "ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
@@ -107,9 +115,9 @@ static const char *const receive_many_sql =
 /* The same with the ids' priorities, $7: only the SQL that has them (priorities.c) */
 static const char *const receive_many_ranked_sql =
 "INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash, state, %s, due, priority) "
-"SELECT $1, u.m, u.b, u.h, 'p', u.p, GREATEST($6, pg_catalog.now()), NULLIF(u.r, 0) "
+"SELECT $1, u.m, u.b, u.h, 'p', u.p, " RECEIVE_MANY_DUE ", NULLIF(u.r, 0) "
 "FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), "
-"pg_catalog.unnest($5), pg_catalog.unnest($7)) AS u(m, b, h, p, r) "
+"pg_catalog.unnest($5), pg_catalog.unnest($7), pg_catalog.unnest($8)) AS u(m, b, h, p, r, k) "
 "ORDER BY u.m COLLATE pg_catalog.\"C\" "
 "ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
@@ -255,8 +263,8 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 
 			values[col] = item->payload;
 			nulls[col] = ' ';
-			values[5] = batch->not_before;
-			nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+			/* No group keys on a distributed inbox (groups.c) */
+			values[5] = claim_receive_due(batch->not_before, false, &nulls[5]);
 		}
 		if (claim_insert_entry(&kp, receive ? KEY_RECEIVE : KEY_INSERT, values, nulls,
 						 batch->scope, item->message_id, item->payload_hash, false))
@@ -346,8 +354,10 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
 	int			dims[1];
 	int			lbs[1] = {1};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum	   *keys = palloc(sizeof(Datum) * npending);
+	bool	   *key_nulls = palloc(sizeof(bool) * npending);
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n'};
 	SPIPlanPtr	plan = batch->insert;
 	BatchDirectCall direct = {batch, pending, npending, 0};
 	int			rc;
@@ -364,6 +374,13 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		hash_nulls[i] = (pending[i]->payload_hash == NULL);
 		payloads[i] = pending[i]->payload;
 		priorities[i] = Int16GetDatum(pending[i]->priority);
+		if (batch->group_keys != NULL)
+		{
+			text	   *key = batch->group_keys[pending[i]->position - 1];
+
+			keys[i] = PointerGetDatum(key);
+			key_nulls[i] = key == NULL;
+		}
 	}
 	dims[0] = npending;
 	values[0] = PointerGetDatum(scope);
@@ -382,6 +399,12 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
 		values[6] = PointerGetDatum(construct_array(priorities, npending, INT2OID, 2, true,
 													TYPALIGN_SHORT));
+		if (batch->group_keys != NULL)
+		{
+			values[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs,
+														   TEXTOID, -1, false, TYPALIGN_INT));
+			nulls[7] = ' ';
+		}
 	}
 
 	if (batch->kind == BATCH_CLAIM && plan != NULL &&
@@ -735,13 +758,13 @@ batch_plans(Batch *batch)
 
 	if (batch->kind != BATCH_CLAIM && *receive_plan == NULL)
 	{
-		Oid			types[7] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
-		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID, INT2ARRAYOID};
+		Oid			types[8] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
+		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID, INT2ARRAYOID, TEXTARRAYOID};
 
 		*receive_plan = inbox_keep_plan(psprintf(batch->ranked ? receive_many_ranked_sql :
 												 receive_many_sql,
 												 is_jsonb ? "payload" : "payload_bytes"),
-										batch->ranked ? 7 : 6, types, CURSOR_OPT_GENERIC_PLAN);
+										8, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 	if (insert_many_plan == NULL)
 	{
@@ -775,29 +798,26 @@ batch_plans(Batch *batch)
 static void
 batch_groups(Batch *batch)
 {
-	Datum	   *ids;
-	Datum	   *keys;
+	text	  **ids;
+	text	  **keys;
 	int			n = 0;
 	int			i;
 
 	if (batch->group_keys == NULL)
 		return;
-	ids = palloc(sizeof(Datum) * batch->n);
-	keys = palloc(sizeof(Datum) * batch->n);
+	ids = palloc(sizeof(text *) * batch->n);
+	keys = palloc(sizeof(text *) * batch->n);
 	for (i = 0; i < batch->n; i++)
 	{
 		BatchItem  *item = &batch->items[i];
 
 		if (batch->group_keys[i] == NULL || item->first != i || item->status != batch->done)
 			continue;
-		ids[n] = PointerGetDatum(item->message_id);
-		keys[n++] = PointerGetDatum(batch->group_keys[i]);
+		ids[n] = item->message_id;
+		keys[n++] = batch->group_keys[i];
 	}
 	if (n > 0)
-		inbox_group_enqueue(batch->scope,
-							PointerGetDatum(construct_array(ids, n, TEXTOID, -1, false, TYPALIGN_INT)),
-							PointerGetDatum(construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT)),
-							batch->not_before);
+		inbox_group_enqueue(batch->scope, n, ids, keys, batch->not_before);
 }
 
 /* One row per id given, in the order given */

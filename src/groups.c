@@ -6,8 +6,9 @@
  *	  groups (sql/inbox.sql, section 4, "Ordered groups", which says how
  *	  a group's order holds under concurrency).
  *
- * A receive with a group key puts its message into its group after
- * writing its entry (inbox.group_enqueue).  A completion, and a take that
+ * A receive with a group key writes its entry with no due, then puts its
+ * message into its group (inbox_group_enqueue), which gives the due to
+ * the message that heads its group.  A completion, and a take that
  * finds a message dead, let the message leave its group, so that the
  * next member becomes due (group_leave here, bound to inbox.group_leave
  * for the SQL too; inbox.group_dead); a take returns each message's group
@@ -27,15 +28,24 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "executor/tuptable.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "distributed.h"
 #include "events.h"
 #include "groups.h"
@@ -45,7 +55,10 @@
 
 PG_FUNCTION_INFO_V1(inbox_group_leave_sql);
 
-static SPIPlanPtr enqueue_plan = NULL;
+/* Columns of inbox.group_members, as sql/inbox.sql makes the table */
+#define Anum_group_members_position	4
+#define Anum_group_members_skipped	6
+
 static SPIPlanPtr dead_plan = NULL;
 static SPIPlanPtr key_of_plan = NULL;
 
@@ -84,39 +97,233 @@ inbox_groups_in_use(void)
 }
 
 /*
- * Put messages just received into their groups: ids and keys are text
- * arrays of the same length, in receive order; a NULL key is no group;
- * not_before is the receive's, or 0 for none.  SPI must be connected.
+ * A receive's part of the groups: every statement and probe here names a
+ * group's or an entry's full key, or a row's tid, so that its cost
+ * follows the messages it writes, never what the scope already holds,
+ * whatever the statistics say of the scope.  The receive wrote its
+ * grouped entries with no due (claim.c, claim_many.c).  Here it locks
+ * each group's row, in byte order of the keys, so that two batches over
+ * the same groups never wait on each other in a circle; then, in a
+ * snapshot taken after every lock, it reads each group's members from
+ * its last one back: the last position given is the one its members
+ * follow, and a group none of whose members is left but skipped ones has
+ * the batch's first as its head, which alone gets its due.  Members
+ * after the first of their group in a batch are never heads.
+ *
+ * The row is written once by each transaction that locks it (and each
+ * subtransaction), and only locked after that: a transaction that
+ * receives a group's messages one by one leaves one version of the row,
+ * not one per message.  That write is what makes a receive and a release
+ * of the same group under REPEATABLE READ fail with 40001 rather than
+ * miss each other (sql/inbox.sql, section 4).
  */
-void
-inbox_group_enqueue(text *scope, Datum ids, Datum keys, Datum not_before)
-{
-	Oid			types[4] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, TIMESTAMPTZOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
+static SPIPlanPtr lock_plan = NULL;
+static SPIPlanPtr members_plan = NULL;
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = ids;
-	values[2] = keys;
-	values[3] = not_before;
-	if (not_before == (Datum) 0)
-		nulls[3] = 'n';
-	(void) inbox_execute_plan(inbox_plan(&enqueue_plan,
-										 "SELECT inbox.group_enqueue($1, $2, $3, $4)", 4, types),
-							  values, nulls, SPI_OK_SELECT, "inbox.group_enqueue");
+static const char *const lock_sql =
+"INSERT INTO inbox.groups AS g (scope, group_key) VALUES ($1, $2) "
+"ON CONFLICT ON CONSTRAINT groups_pkey DO UPDATE SET group_key = EXCLUDED.group_key "
+"WHERE g.xmin OPERATOR(pg_catalog.<>) pg_catalog.xid(pg_catalog.pg_current_xact_id())";
+
+static const char *const members_sql =
+"INSERT INTO inbox.group_members (scope, message_id, group_key, position, not_before) "
+"SELECT $1, u.id, u.k, u.p, $5 "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4)) AS u(id, k, p)";
+
+/* The head's due, by tid on the scope's leaf: no index is chosen */
+static const InboxLeafStatement heads_statement = {
+	"the due of a group's new head",
+	"UPDATE inbox.entries_p%d AS e SET due = GREATEST($2, pg_catalog.now()) "
+	"WHERE e.ctid OPERATOR(pg_catalog.=) ANY ($1)",
+	{TIDARRAYOID, TIMESTAMPTZOID}
+};
+static SPIPlanPtr heads_plans[INBOX_LEAVES];
+
+/* Byte order of two keys, as collation "C" sorts them */
+static int
+key_cmp(const text *a, const text *b)
+{
+	int			la = VARSIZE_ANY_EXHDR(a);
+	int			lb = VARSIZE_ANY_EXHDR(b);
+	int			c = memcmp(VARDATA_ANY(a), VARDATA_ANY(b), Min(la, lb));
+
+	return c != 0 ? c : (la > lb) - (la < lb);
 }
 
-/* The same for one message; SPI must be connected */
-void
-inbox_group_enqueue_one(text *scope, text *message_id, text *key, Datum not_before)
-{
-	Datum		id = PointerGetDatum(message_id);
-	Datum		k = PointerGetDatum(key);
+static text *const *sort_keys;
 
-	inbox_group_enqueue(scope,
-						PointerGetDatum(construct_array(&id, 1, TEXTOID, -1, false, TYPALIGN_INT)),
-						PointerGetDatum(construct_array(&k, 1, TEXTOID, -1, false, TYPALIGN_INT)),
-						not_before);
+/* Items by key, then by their order in the batch */
+static int
+item_cmp(const void *a, const void *b)
+{
+	int			i = *(const int *) a;
+	int			j = *(const int *) b;
+	int			c = key_cmp(sort_keys[i], sort_keys[j]);
+
+	return c != 0 ? c : (i > j) - (i < j);
+}
+
+/*
+ * The members of (scope, key), from the last back, through
+ * group_members_order in snapshot: the last one's position into *last (0
+ * if none), and whether a member not skipped is among them.
+ */
+static bool
+group_tail(Relation members, Relation order, Snapshot snapshot, text *scope, text *key,
+		   int64 *last)
+{
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(members, NULL);
+	bool		found = false;
+	bool		first = true;
+
+	*last = 0;
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(key));
+	scan = inbox_index_beginscan(members, order, snapshot, 2);
+	index_rescan(scan, keys, 2, NULL, 0);
+	while (!found && index_getnext_slot(scan, BackwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		if (first)
+			*last = DatumGetInt64(slot_getattr(slot, Anum_group_members_position, &isnull));
+		first = false;
+		found = !DatumGetBool(slot_getattr(slot, Anum_group_members_skipped, &isnull));
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	return found;
+}
+
+/* The tid of the entry (scope, message_id) on its leaf, in snapshot */
+static void
+entry_tid(Relation leaf, Relation pkey, Snapshot snapshot, text *scope, text *message_id,
+		  ItemPointer tid)
+{
+	ScanKeyData keys[3];
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(leaf, NULL);
+
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
+	ScanKeyEntryInitialize(&keys[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_INT2EQ,
+						   Int16GetDatum((int16) inbox_bucket(scope, message_id)));
+	scan = inbox_index_beginscan(leaf, pkey, snapshot, 3);
+	index_rescan(scan, keys, 3, NULL, 0);
+	if (!index_getnext_slot(scan, ForwardScanDirection, slot))
+		elog(ERROR, "a grouped message's entry is missing on its leaf");
+	*tid = slot->tts_tid;
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+}
+
+/*
+ * Put n messages just received into their groups: ids[i] with keys[i], in
+ * receive order, every key set; not_before is the receive's, or 0 for
+ * none.  See above.  SPI must be connected.
+ */
+void
+inbox_group_enqueue(text *scope, int n, text **ids, text **keys, Datum not_before)
+{
+	Oid			lock_types[2] = {TEXTOID, TEXTOID};
+	Oid			members_types[5] = {TEXTOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID,
+	TIMESTAMPTZOID};
+	int		   *order = palloc(sizeof(int) * n);
+	Datum	   *positions = palloc(sizeof(Datum) * n);
+	Datum	   *heads = palloc(sizeof(Datum) * n);
+	int		   *runs = palloc(sizeof(int) * (n + 1));
+	int			nruns = 0;
+	int			nheads = 0;
+	int			leafno = inbox_scope_leaf(scope);
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Relation	members;
+	Relation	members_order;
+	Relation	leaf;
+	Relation	pkey;
+	Snapshot	snapshot;
+	int			i;
+	int			r;
+
+	for (i = 0; i < n; i++)
+		order[i] = i;
+	sort_keys = keys;
+	qsort(order, n, sizeof(int), item_cmp);
+	for (i = 0; i < n; i++)
+		if (i == 0 || key_cmp(keys[order[i - 1]], keys[order[i]]) != 0)
+			runs[nruns++] = i;
+	runs[nruns] = n;
+
+	/* Each group's row, locked in byte order */
+	values[0] = PointerGetDatum(scope);
+	for (r = 0; r < nruns; r++)
+	{
+		values[1] = PointerGetDatum(keys[order[runs[r]]]);
+		(void) inbox_execute_plan(inbox_plan(&lock_plan, lock_sql, 2, lock_types),
+								  values, NULL, SPI_OK_INSERT, "the lock of a group");
+	}
+
+	/*
+	 * A snapshot of its own, taken after every lock, so that it sees the
+	 * releases that committed while a lock waited; with this
+	 * transaction's writes.  Each group's messages follow its last member;
+	 * the first of them is the head if no member before it is live.
+	 */
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	snapshot = GetActiveSnapshot();
+	members = table_open(inbox_relid("group_members"), AccessShareLock);
+	members_order = index_open(inbox_relid("group_members_order"), AccessShareLock);
+	leaf = table_open(inbox_relid(psprintf("entries_p%d", leafno)), AccessShareLock);
+	pkey = index_open(inbox_primary_key(leaf), AccessShareLock);
+	for (r = 0; r < nruns; r++)
+	{
+		int			first = order[runs[r]];
+		int64		last;
+
+		if (!group_tail(members, members_order, snapshot, scope, keys[first], &last))
+		{
+			ItemPointer tid = palloc(sizeof(ItemPointerData));
+
+			entry_tid(leaf, pkey, snapshot, scope, ids[first], tid);
+			heads[nheads++] = PointerGetDatum(tid);
+		}
+		for (i = runs[r]; i < runs[r + 1]; i++)
+			positions[order[i]] = Int64GetDatum(last + 1 + (i - runs[r]));
+	}
+	index_close(pkey, AccessShareLock);
+	table_close(leaf, AccessShareLock);
+	index_close(members_order, AccessShareLock);
+	table_close(members, AccessShareLock);
+	PopActiveSnapshot();
+
+	values[1] = PointerGetDatum(construct_array((Datum *) ids, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[2] = PointerGetDatum(construct_array((Datum *) keys, n, TEXTOID, -1, false, TYPALIGN_INT));
+	values[3] = PointerGetDatum(construct_array(positions, n, INT8OID, 8, FLOAT8PASSBYVAL,
+												TYPALIGN_DOUBLE));
+	values[4] = not_before;
+	nulls[4] = not_before == (Datum) 0 ? 'n' : ' ';
+	(void) inbox_execute_plan(inbox_plan(&members_plan, members_sql, 5, members_types),
+							  values, nulls, SPI_OK_INSERT, "the insertion of group members");
+
+	if (nheads > 0)
+	{
+		values[0] = PointerGetDatum(construct_array(heads, nheads, TIDOID, sizeof(ItemPointerData),
+													false, TYPALIGN_SHORT));
+		values[1] = not_before;
+		nulls[1] = not_before == (Datum) 0 ? 'n' : ' ';
+		if (inbox_execute_plan(inbox_leaf_plan(&heads_statement, heads_plans, leafno),
+							   values, nulls, SPI_OK_UPDATE, heads_statement.name) != (uint64) nheads)
+			elog(ERROR, "a group's new head was not found by its tid");
+	}
 }
 
 /*
@@ -137,7 +344,7 @@ typedef enum GroupLeafPlan
 } GroupLeafPlan;
 
 #define LEAVE_WRITE_GROUP \
-	"UPDATE inbox.groups AS g SET last = g.last FROM gone " \
+	"UPDATE inbox.groups AS g SET group_key = g.group_key FROM gone " \
 	"WHERE g.scope OPERATOR(pg_catalog.=) $1 AND g.group_key OPERATOR(pg_catalog.=) gone.group_key " \
 	"RETURNING g.group_key"
 

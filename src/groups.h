@@ -17,9 +17,8 @@
 
 extern bool inbox_groups_in_use(void);
 extern text *inbox_group_key_arg(FunctionCallInfo fcinfo, int argno);
-extern void inbox_group_enqueue(text *scope, Datum ids, Datum keys, Datum not_before);
-extern void inbox_group_enqueue_one(text *scope, text *message_id, text *key,
-									Datum not_before);
+extern void inbox_group_enqueue(text *scope, int n, text **ids, text **keys,
+								Datum not_before);
 extern void inbox_group_leave(text *scope, text *message_id, pg_uuid_t *receipt);
 extern void inbox_group_dead(text *scope, Datum message_id);
 extern bool inbox_group_key_of(text *scope, Datum message_id, Datum *key);
