@@ -66,7 +66,7 @@ REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
 	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
-	scope_grants drop_guard purge_private_locks claim_many offsets_race forget_race poll_receipts \
+	scope_grants drop_guard purge_private_locks claim_many claim_many_repeat claim_many_mismatch offsets_race forget_race poll_receipts \
 	deferred_front content_window outbox_order outbox_relays groups priorities
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf

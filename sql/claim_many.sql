@@ -52,6 +52,20 @@ DROP TABLE batch_invoices;
 -- The counters saw every decision.
 SELECT claims, duplicates, mismatches FROM inbox_stats WHERE scope = 'many';
 
+-- A mismatch raised writes no row and counts no claim, only the mismatch:
+-- against a stored entry, and between two copies of a new id (which a
+-- batch that wrote its first copy before raising would count).
+CREATE TEMP TABLE counted AS
+SELECT claims, duplicates, mismatches FROM inbox_stats WHERE scope = 'many';
+SELECT regress.try_rows($$SELECT * FROM inbox_claim_many('many', ARRAY['b-2'], ARRAY['\xff']::bytea[])$$);
+SELECT regress.try_rows($$SELECT * FROM inbox_claim_many('many', ARRAY['b-20', 'b-20'], ARRAY['\x20', '\x21']::bytea[])$$);
+SELECT s.claims - c.claims AS claims, s.duplicates - c.duplicates AS duplicates,
+       s.mismatches - c.mismatches AS mismatches
+  FROM inbox_stats AS s, counted AS c WHERE s.scope = 'many';
+SELECT count(*) AS written FROM inbox.entries WHERE scope = 'many' AND message_id = 'b-20';
+SELECT payload_hash FROM inbox.entries WHERE scope = 'many' AND message_id = 'b-2';
+DROP TABLE counted;
+
 --
 -- Bad input: a clear SQLSTATE, and nothing written.
 --

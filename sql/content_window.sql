@@ -104,6 +104,12 @@ SELECT regress.try_rows($$SELECT * FROM inbox_claim_many('cw-reject', ARRAY['b5'
 							   ARRAY[sha256('batch d'), sha256('batch d')], 'return')$$);
 SELECT regress.try_rows($$SELECT * FROM inbox_receive_many('cw-reject', ARRAY['rb1'],
 							   ARRAY['{"parcel": 10}']::jsonb[])$$);
+-- The rejected content last in the batch, both as given and in the order
+-- of the hashes that the batch checks its contents in: a check that
+-- stopped short of a batch's last item would let it through.
+SELECT sha256('batch a') > ALL (ARRAY[sha256('batch e'), sha256('batch f')]) AS last_by_hash;
+SELECT regress.try_rows($$SELECT * FROM inbox_claim_many('cw-reject', ARRAY['b7', 'b8', 'b9'],
+							   ARRAY[sha256('batch e'), sha256('batch f'), sha256('batch a')])$$);
 -- A batch's redelivery is ordinary duplicates.
 SELECT * FROM inbox_claim_many('cw-reject', ARRAY['b1', 'b2'], ARRAY[sha256('batch a'), sha256('batch b')]);
 

@@ -86,6 +86,20 @@ UPDATE inbox.entries SET received_at = now() - interval '2 hours'
 SELECT inbox_purge();
 SELECT scope, message_id FROM inbox.entries WHERE scope IN ('short', 'long') ORDER BY 1, 2;
 SELECT scope, retention FROM inbox_stats WHERE scope IN ('short', 'long') ORDER BY 1;
+-- An override longer than the setting holds too: under 7 days, a scope of
+-- 30 days keeps an entry 8 days old (and loses one 31 days old), while a
+-- scope without an override loses its entry of 8 days.
+SET inbox.retention = '7 days';
+SELECT inbox_set_retention('month', '30 days');
+SELECT inbox_claim(s, s || '-' || g) FROM unnest(ARRAY['month', 'week']) s, generate_series(1, 3) g;
+UPDATE inbox.entries SET received_at = now() - interval '8 days'
+ WHERE scope IN ('month', 'week') AND message_id LIKE '%-2';
+UPDATE inbox.entries SET received_at = now() - interval '31 days'
+ WHERE scope IN ('month', 'week') AND message_id LIKE '%-1';
+SELECT inbox_purge();
+SELECT scope, message_id FROM inbox.entries WHERE scope IN ('month', 'week') ORDER BY 1, 2;
+SELECT scope, retention FROM inbox_stats WHERE scope IN ('month', 'week') ORDER BY 1;
+RESET inbox.retention;
 SELECT inbox_set_retention('short', NULL);
 SELECT scope, retention FROM inbox_stats WHERE scope = 'short';
 SELECT inbox_set_retention('short', '36h');
