@@ -15,6 +15,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use InboxTest;
+use PostgreSQL::Test::Utils;
 use Test::More;
 
 # --- settings stored before the library is loaded ---------------------------------
@@ -109,6 +110,31 @@ my $pass = $node->log_position;
 ok($node->wait_for_log(qr/inbox purge skips database "v030"/, $pass), 'the worker came back to v030');
 ok(!$node->log_contains(qr/inbox purge skips database "v100"/, $log),
 	'the worker does not skip the database at 1.0.0');
+
+# The upgrade notes: CHANGELOG.md's "Upgrading" of 1.1.0 lists, with the
+# identity that replaces it and its bundle, every function of the
+# extension's schema whose identity 1.0.0 has and 1.1.0 lacks: a GRANT or
+# REVOKE by that identity fails after the update.
+my ($notes) = slurp_file("$FindBin::RealBin/../../CHANGELOG.md")
+  =~ /^## 1\.1\.0\b.*?^### Upgrading\n(.*?)(?=^##)/ms;
+ok(defined $notes, 'CHANGELOG.md has an Upgrading section under 1.1.0');
+my @notes = map { [ /^\|\s*`([^`]+)`\s*\|\s*`([^`]+)`\s*\|\s*`(\w+)`\s*\|/ ] }
+  grep { /^\|\s*`/ } split /\n/, $notes // '';
+cmp_ok(scalar(@notes), '>=', 1, 'the Upgrading section has a table of identities (' . scalar(@notes) . ' rows)');
+my $identities = q{
+	SELECT p.oid::regprocedure::text FROM pg_proc AS p
+	  JOIN pg_depend AS d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+	  JOIN pg_extension AS e ON e.oid = d.refobjid AND e.extname = 'inbox'
+	 WHERE p.pronamespace = e.extnamespace ORDER BY 1};
+my $resolve = sub {
+	my ($db, @names) = @_;
+	return () unless @names;
+	return split /\n/, $node->safe_psql($db,
+		'SELECT coalesce(to_regprocedure(n)::text, \'(none) \' || n) FROM unnest(ARRAY['
+		  . join(', ', map { "'$_'" } @names) . ']) WITH ORDINALITY AS u(n, i) ORDER BY i');
+};
+my %in_100 = map { $_ => 1 } split /\n/, $node->safe_psql('v100', $identities);
+my @documented_old = $resolve->('v100', map { $_->[0] } @notes);
 $node->safe_psql('v100', 'ALTER EXTENSION inbox UPDATE');
 is( $node->safe_psql('v100', q{
 		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
@@ -117,6 +143,18 @@ is( $node->safe_psql('v100', q{
 	"1.1.0\nf|37",
 	'and keeps its history through the update to 1.1.0, which adds the bundles, content windows, the outbox '
 	  . 'and ordered groups (one receive per payload type in place of two)');
+my %in_110 = map { $_ => 1 } split /\n/, $node->safe_psql('v100', $identities);
+my @lost = sort grep { !$in_110{$_} } keys %in_100;
+is(join("\n", sort @documented_old), join("\n", @lost),
+	'the Upgrading notes list every function identity that 1.0.0 has and 1.1.0 lacks, and nothing else');
+my @documented_new = $resolve->('v100', map { $_->[1] } @notes);
+is(join("\n", grep { /^\(none\)/ || !$in_110{$_} } @documented_new), '',
+	'each identity that replaces one is a function of 1.1.0');
+my %bundle_of = map { split /\|/ } split /\n/, $node->safe_psql('v100',
+	q{SELECT to_regprocedure(object)::text || '|' || bundle FROM inbox_bundles WHERE object_type = 'function'});
+is( join("\n", map { "$documented_new[$_] " . ($bundle_of{ $documented_new[$_] } // 'owner only') } 0 .. $#notes),
+	join("\n", map { "$documented_new[$_] $notes[$_][2]" } 0 .. $#notes),
+	'and the bundle the notes name for it holds it');
 $node->safe_psql('v030', 'ALTER EXTENSION inbox UPDATE');
 is($node->safe_psql('v030', q{SELECT inbox_claim('b', 'm-1')}),
 	't', 'after the update, it is served');

@@ -31,7 +31,11 @@
 #   - the page itself: no development issue numbers, dates, version
 #     stories or paths of a machine; code blocks follow the convention of
 #     the doc examples; a setting a caller changes is changed for the
-#     transaction only (SET LOCAL, set_config(..., true)).
+#     transaction only (SET LOCAL, set_config(..., true));
+#   - the README: its table of bundles (| bundle | for | what it holds |)
+#     has every bundle of inbox_bundles, each with the names of its
+#     functions and views, and the page is at most 20,000 bytes;
+#     docs/README.md, the map of the docs, links every page of docs/.
 use strict;
 use warnings;
 use utf8;
@@ -83,6 +87,7 @@ sub set_diff
 }
 
 my $page = read_file("$top/docs/reference.md");
+my $readme = read_file("$top/README.md");
 
 # --- the page, parsed ---------------------------------------------------------
 
@@ -470,6 +475,27 @@ SKIP:
 		  set_diff($doc_bundles{$b}, $real_bundles{$b}, 'object');
 	}
 	none_ok(\@table_diff, 'the table of bundles lists the objects of each bundle');
+
+	# The README's table of bundles, | bundle | for | what it holds |:
+	# every bundle, each with the names of its functions and views
+	my @readme_rows = table_rows(qr/^\|\s*bundle\s*\|/, split(/\n/, $readme));
+	my %readme_bundles;
+	for my $r (@readme_rows)
+	{
+		my $b = unquote($r->[0]) // "@$r";
+		push @table_diff, "README.md: bundle $b has two rows" if $readme_bundles{$b};
+		$readme_bundles{$b}{$_} = 1 for $r->[-1] =~ /`(\w+)`/g;
+	}
+	my @readme_diff = set_diff({ map { $_ => 1 } keys %readme_bundles },
+		{ map { $_ => 1 } keys %real_bundles }, 'bundle');
+	for my $b (sort grep { $real_bundles{$_} } keys %readme_bundles)
+	{
+		push @readme_diff, map { "bundle $b: $_" }
+		  set_diff($readme_bundles{$b}, $real_bundles{$b}, 'object');
+	}
+	none_ok([ map { "README.md: $_" } @readme_diff ],
+		"the README's table of bundles lists every bundle, with the functions and views of each ("
+		  . scalar(keys %real_bundles) . ' bundles)');
 }
 
 # --- settings ----------------------------------------------------------------------
@@ -806,7 +832,7 @@ for my $i (0 .. $#page_lines)
 }
 none_ok(\@history, 'the page has no issue numbers, dates, version stories or machine paths');
 
-my @fences = grep { $_->{info} !~ /^(?:sql|sql fragment|sql error(?: [0-9A-Z]{5})?|output)$/ } @blocks;
+my @fences = grep { $_->{info} !~ /^(?:(?:sql|sql fragment|sql error(?: [0-9A-Z]{5})?)(?: as=\w+)?|output)$/ } @blocks;
 none_ok([ map { "line $_->{line}: code block with info string '$_->{info}'" } @fences ],
 	'every code block is sql, sql fragment, sql error or output');
 
@@ -819,6 +845,14 @@ for my $i (0 .. $#page_lines)
 	  || $l =~ /set_config\s*\(\s*'inbox\.[^']*'\s*,\s*(?:'(?:[^']|'')*'|[^,]+)\s*,\s*false\s*\)/i;
 }
 none_ok(\@session_set, 'a caller changes an inbox setting for its transaction only (SET LOCAL, set_config(..., true))');
+
+# --- the README and the map of docs/ ------------------------------------------------------
+
+cmp_ok(length(Encode::encode('UTF-8', $readme)), '<=', 20000, 'README.md is at most 20,000 bytes');
+my $index = read_file("$top/docs/README.md");
+my %linked = map { $_ => 1 } grep { !m{/} } $index =~ /\]\(([^)#\s]+\.md)(?:#[^)]*)?\)/g;
+my %docs_pages = map { s{^.*/}{}r => 1 } grep { !m{/README\.md$} } glob("$top/docs/*.md");
+none_ok([ set_diff(\%linked, \%docs_pages, 'page of docs/') ], 'docs/README.md links every page of docs/');
 
 $node->stop;
 done_testing();

@@ -19,12 +19,27 @@
 #                  (without psql's "psql:<stdin>:N: " prefix) follow what
 #                  was printed on stdout.
 #
+# Each sql or sql error block names the role it runs as, with a word
+# "as=NAME" after the kind:
+#
+#   ```sql as=shipping_worker       connected as that role, which must exist
+#                                   by then, log in, and not be a superuser
+#   ```sql error IB002 as=billing_consumer
+#   ```sql as=owner                 as the superuser that creates the
+#                                   extension and owns it: the setup (the
+#                                   extension, roles, business tables,
+#                                   grants) and the owner-only functions
+#
+# A runnable block without it fails, and is not run: nothing runs as the
+# superuser unless the page says so.  A fragment may carry one too.
+#
 # Each page runs in a database of its own, created empty (the page creates
 # the extension itself), on a server with shared_preload_libraries =
-# 'inbox', as a superuser, in one psql session: psql variables, temporary
-# tables and an open transaction carry from one block to the next.  After
-# the page, its database and the roles it created are dropped, since roles
-# belong to the whole cluster.
+# 'inbox', in one psql session that reconnects (\connect) when the role
+# changes from one block to the next: psql variables carry over every
+# block, temporary tables and an open transaction only between blocks of
+# the same role.  After the page, its database and the roles it created are
+# dropped, since roles belong to the whole cluster.
 #
 # Whatever runs must be safe behind a transaction-mode pooler, so a run
 # block must not change a setting for the session: no SET other than SET
@@ -63,6 +78,12 @@ sub code_blocks
 	for my $block (@$blocks)
 	{
 		my ($lang, $rest) = map { lc } $block->{info} =~ /^([^`\s]*)\s*(.*)$/;
+		# The role, "as=name" anywhere among the words; the rest is the kind
+		my @words = split /\s+/, $rest;
+		my @as = map { /^as=(.*)$/ ? $1 : () } @words;
+		$rest = join(' ', grep { !/^as=/ } @words);
+		$block->{as} = $as[0] if @as == 1 && $as[0] =~ /^[a-z_][a-z0-9_]*$/;
+		$block->{bad_as} = join(' ', map { "as=$_" } @as) if @as && !defined $block->{as};
 		$block->{kind} =
 		    $lang eq 'output' ? 'output'
 		  : $lang ne 'sql' ? 'other'
@@ -70,7 +91,7 @@ sub code_blocks
 		  : $rest =~ /^fragment\b/ ? 'fragment'
 		  : $rest =~ /^error(?:\s+([0-9A-Z]{5}))?$/i ? 'error'
 		  : 'unknown';
-		$block->{info} = "$lang $rest";
+		$block->{info} = join(' ', grep { $_ ne '' } $lang, $rest, map { "as=$_" } @as);
 		$block->{sqlstate} = $block->{kind} eq 'error' && $rest =~ /^error\s+(\S{5})$/ ? uc $1 : undef;
 	}
 	return @$blocks;
@@ -258,6 +279,7 @@ sub ends_its_statement
 
 my $node = InboxTest->node('docs', extension => 0);
 my $psql = $node->installed_command('psql');
+my $superuser = $node->safe_psql('postgres', 'SELECT current_user');
 my $block_timeout = 180;
 
 my @pages = ('README.md', map { s{^\Q$top\E/}{}r } sort glob("$top/docs/*.md"));
@@ -276,6 +298,10 @@ for my $page (@pages)
 		if ($block->{unclosed})
 		{
 			fail("$page: the code block at line $block->{line} is closed");
+		}
+		if ($block->{bad_as})
+		{
+			fail("$page: the role \"$block->{bad_as}\" at line $block->{line} is one as=NAME, a plain role name");
 		}
 		if ($block->{kind} eq 'unknown')
 		{
@@ -316,6 +342,8 @@ for my $page (@pages)
 	my $db = "doc_$page_number";
 	$node->sql("CREATE DATABASE $db");
 
+	# psql starts as the superuser, the owner
+	my $role = 'owner';
 	my ($in, $out, $err) = ('', '', '');
 	my $timer = IPC::Run::timer($block_timeout);
 	my $h = IPC::Run::start([ $psql, '-X', '-f', '-', '-d', $node->connstr($db) ],
@@ -335,6 +363,30 @@ for my $page (@pages)
 		{
 			fail("$name: ends its last statement (with ; or a psql meta-command)");
 			next;
+		}
+		if (!defined $block->{as})
+		{
+			fail("$name: names the role it runs as (as=NAME, or as=owner for the superuser)");
+			next;
+		}
+		if ($block->{as} ne $role)
+		{
+			my $user = $block->{as} eq 'owner' ? $superuser : $block->{as};
+			if ($block->{as} ne 'owner')
+			{
+				my $what = $node->safe_psql('postgres',
+					"SELECT CASE WHEN rolsuper THEN 'superuser' WHEN NOT rolcanlogin THEN 'nologin' ELSE 'ok' END"
+					  . " FROM pg_roles WHERE rolname = '$user'");
+				if ($what ne 'ok')
+				{
+					fail("$name: runs as $user, a role that "
+						  . ($what eq '' ? 'does not exist' : $what eq 'nologin' ? 'cannot log in' : 'is a superuser'));
+					next;
+				}
+			}
+			# Quietly: psql would print "You are now connected ..."
+			$in .= "\\set QUIET on\n\\connect - $user\n\\unset QUIET\n";
+			$role = $block->{as};
 		}
 
 		my $marker = "--- end of $name ---";
