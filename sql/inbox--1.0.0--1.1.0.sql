@@ -452,6 +452,63 @@ $$;
 
 
 /* ------------------------------------------------------------------------
+ * Receipt hints
+ *
+ * The message-id forms of inbox_complete, inbox_fail and inbox_extend,
+ * given an id that no message has and that is written as a UUID, hint at
+ * the receipt form.  The function is that of inbox.sql, word for word.
+ * ------------------------------------------------------------------------ */
+
+/*
+ * inbox.refuse(scope, message_id, action, expected state): explain why an
+ * UPDATE of complete/fail/extend/requeue matched no row, and raise.  An id
+ * that no message has, written as a UUID, is most likely a receipt passed
+ * as an untyped literal, which resolves to the message-id form: the hint
+ * names the receipt form.  It is only a pattern match, on the error path.
+ */
+CREATE OR REPLACE FUNCTION inbox.refuse(p_scope text, p_id text, p_action text, p_expected "char")
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	st "char";
+	msg text := format('message "%s" in scope "%s"', inbox.quote(p_id), inbox.quote(p_scope));
+BEGIN
+	SELECT e.state INTO st FROM inbox.entries AS e
+	 WHERE e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND e.message_id OPERATOR(pg_catalog.=) p_id COLLATE "C"
+	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, p_id);
+	IF NOT FOUND THEN
+		RAISE EXCEPTION '% does not exist', msg
+			USING ERRCODE = 'IB005',
+				  HINT = CASE
+					WHEN p_expected OPERATOR(pg_catalog.=) 'r'
+					 AND p_id OPERATOR(pg_catalog.~) '^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$'
+					THEN format('If it is a receipt from inbox_poll, cast it to uuid to call the receipt form: %s.',
+								CASE p_action
+									WHEN 'completed' THEN format('inbox_complete(scope, %L::uuid)', p_id)
+									WHEN 'failed' THEN format('inbox_fail(scope, %L::uuid, error)', p_id)
+									ELSE format('inbox_extend(scope, %L::uuid, lease)', p_id)
+								END)
+					ELSE format('Only a message stored by inbox_receive can be %s.', p_action)
+				  END;
+	ELSIF st <> p_expected THEN
+		RAISE EXCEPTION '% is %', msg,
+			CASE p_expected WHEN 'r' THEN 'not being processed' ELSE 'not dead' END
+			USING ERRCODE = 'IB004',
+				  DETAIL = format('It is %s, so it cannot be %s.', inbox.state_name(st), p_action);
+	ELSE
+		RAISE EXCEPTION '% is being processed by another session', msg
+			USING ERRCODE = 'IB004',
+				  DETAIL = 'This session does not own it: another session took it, or this session''s lease ran out and another worker took it again.',
+				  HINT = 'Roll back the transaction, so that the effect of this processing does not commit.';
+	END IF;
+END
+$$;
+
+
+/* ------------------------------------------------------------------------
  * The purge's schedule (section 7 of sql/inbox.sql; src/purge.c).  No
  * scope has one yet: the first pass after the update observes every scope
  * once, and computes it.  A new retention override makes the next pass

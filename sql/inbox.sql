@@ -719,7 +719,10 @@ $$;
 
 /*
  * inbox.refuse(scope, message_id, action, expected state): explain why an
- * UPDATE of complete/fail/extend/requeue matched no row, and raise.
+ * UPDATE of complete/fail/extend/requeue matched no row, and raise.  An id
+ * that no message has, written as a UUID, is most likely a receipt passed
+ * as an untyped literal, which resolves to the message-id form: the hint
+ * names the receipt form.  It is only a pattern match, on the error path.
  */
 CREATE FUNCTION inbox.refuse(p_scope text, p_id text, p_action text, p_expected "char")
 RETURNS void
@@ -737,7 +740,17 @@ BEGIN
 	IF NOT FOUND THEN
 		RAISE EXCEPTION '% does not exist', msg
 			USING ERRCODE = 'IB005',
-				  HINT = format('Only a message stored by inbox_receive can be %s.', p_action);
+				  HINT = CASE
+					WHEN p_expected OPERATOR(pg_catalog.=) 'r'
+					 AND p_id OPERATOR(pg_catalog.~) '^[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$'
+					THEN format('If it is a receipt from inbox_poll, cast it to uuid to call the receipt form: %s.',
+								CASE p_action
+									WHEN 'completed' THEN format('inbox_complete(scope, %L::uuid)', p_id)
+									WHEN 'failed' THEN format('inbox_fail(scope, %L::uuid, error)', p_id)
+									ELSE format('inbox_extend(scope, %L::uuid, lease)', p_id)
+								END)
+					ELSE format('Only a message stored by inbox_receive can be %s.', p_action)
+				  END;
 	ELSIF st <> p_expected THEN
 		RAISE EXCEPTION '% is %', msg,
 			CASE p_expected WHEN 'r' THEN 'not being processed' ELSE 'not dead' END

@@ -223,6 +223,42 @@ UPDATE inbox.entries SET state = 'p', owner_session = NULL, due = now() - interv
 SELECT pg_sleep(1.1);
 SELECT message_id, attempts FROM inbox_take('by-hand', 10);
 
+-- A receipt passed as an untyped literal resolves to the message-id forms
+-- of inbox_complete, inbox_fail and inbox_extend, which find no message of
+-- that id and hint at the receipt form; an id not written as a UUID, or
+-- inbox_requeue, which has no receipt form, keep the plain hint.
+CREATE FUNCTION regress.try_hint(cmd text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+	st text;
+	msg text;
+	hint text;
+BEGIN
+	EXECUTE cmd;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, hint = PG_EXCEPTION_HINT;
+	RETURN regexp_replace(st || ': ' || msg || ' [' || hint || ']',
+						  '[0-9a-f]{8}-[0-9a-f-]{27}', '<receipt>', 'gi');
+END $$;
+SELECT inbox_receive('hints', 'h-1', '{}'::jsonb);
+WITH p AS (SELECT * FROM inbox_poll('hints', 1, lease => '1 minute'))
+INSERT INTO regress.receipts SELECT 'hints/' || message_id, receipt FROM p RETURNING message_id;
+SELECT regress.try_hint(format($$SELECT inbox_complete('hints', %L)$$, receipt))
+FROM regress.receipts WHERE message_id = 'hints/h-1';
+SELECT regress.try_hint(format($$SELECT inbox_fail('hints', %L, 'flaky')$$, receipt))
+FROM regress.receipts WHERE message_id = 'hints/h-1';
+SELECT regress.try_hint(format($$SELECT inbox_extend('hints', %L, '1 minute')$$, receipt))
+FROM regress.receipts WHERE message_id = 'hints/h-1';
+SELECT regress.try_hint(format($$SELECT inbox_complete('hints', %L)$$, upper(receipt::text)))
+FROM regress.receipts WHERE message_id = 'hints/h-1';
+SELECT regress.try_hint($$SELECT inbox_complete('hints', 'h-2')$$);
+SELECT regress.try_hint(format($$SELECT inbox_requeue('hints', %L)$$, receipt))
+FROM regress.receipts WHERE message_id = 'hints/h-1';
+-- Cast, as the hint says, it completes.
+SELECT inbox_complete('hints', receipt::text::uuid) FROM regress.receipts WHERE message_id = 'hints/h-1';
+SELECT state FROM inbox_status('hints', 'h-1');
+DROP FUNCTION regress.try_hint(text);
+
 DROP FUNCTION regress.take_walk(integer);
 DROP TABLE regress.receipts;
 DROP FUNCTION regress.try_receipt(text);

@@ -215,4 +215,12 @@ inbox_check_enforced(const ConstrCheck *check)
 #endif
 }
 
+/*
+ * Whether the client is still connected (libpq/pqcomm.c, the same in 15 to
+ * 18).  Its header, libpq/libpq.h, includes libpq-be.h, and with it the
+ * GSSAPI headers of a server built with GSSAPI, which a build machine need
+ * not have: declared here instead.
+ */
+extern bool pq_check_connection(void);
+
 #endif							/* INBOX_COMPAT_H */

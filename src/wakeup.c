@@ -23,6 +23,20 @@
  * by the clock (a delay, a lease that runs out) wake nobody: the waiting
  * take sleeps until the earliest of them is due (src/deferred.c).
  *
+ * A waiting take whose client has gone must take nothing: it would count an
+ * attempt for a message that no client receives, and a few such takes can
+ * spend all of a message's attempts.  PostgreSQL notices a client that went
+ * away only when it next reads from or writes to it, or every
+ * client_connection_check_interval, which is off by default.  So a waiting
+ * take checks the connection itself, as that setting does: after every
+ * slice of its sleep, so that a dead client's backend ends within a slice,
+ * and once more when the sleep ends, before the take looks again, so that
+ * a commit that wakes it does not hand it a message.  A client that goes
+ * away after that last check, while the take runs or its rows are on the
+ * way, still costs an attempt; the message is taken again when the
+ * session ends (or its lease runs out).  A take that does not wait checks
+ * nothing, and pays nothing for this.
+ *
  * The slots exist only when the library is in shared_preload_libraries.
  * Without them a take cannot wait, and says so.
  *
@@ -37,8 +51,11 @@
 #include "port/atomics.h"
 #include "port/pg_bitutils.h"
 #include "storage/condition_variable.h"
+#include "storage/latch.h"
 #include "storage/shmem.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #include "compat.h"
@@ -46,6 +63,14 @@
 
 /* Slots; a power of two, so that a scope's slot is a mask of its hash */
 #define WAKEUP_SLOTS	256
+
+/*
+ * The longest a waiting take sleeps without checking on its client: how
+ * long the backend of a client that went away may go on holding its
+ * connection slot and its snapshot.  A check is one non-blocking poll of
+ * the socket.
+ */
+#define WAKEUP_CLIENT_CHECK_MS	1000
 
 typedef struct WakeupSlot
 {
@@ -157,18 +182,60 @@ inbox_wakeup_generation(const text *scope)
 }
 
 /*
+ * End the session if its client has gone, as PostgreSQL does when
+ * client_connection_check_interval finds it so: FATAL, "connection to
+ * client lost", nothing sent.  The transaction aborts, so nothing is taken.
+ * Only a backend that serves a client over a socket has one to check, and
+ * only where the platform can report a closed socket without reading from
+ * it (the condition under which PostgreSQL allows that setting).
+ */
+static void
+check_client(void)
+{
+	if (whereToSendOutput != DestRemote || MyProcPort == NULL ||
+		!WaitEventSetCanReportClosed() || pq_check_connection())
+		return;
+	ClientConnectionLost = true;
+	InterruptPending = true;
+	CHECK_FOR_INTERRUPTS();
+
+	/* Interrupts are held off: end the statement, and the session after it */
+	ereport(ERROR,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("connection to client lost")));
+}
+
+/*
  * Sleep until a commit wakes scope's slot, or timeout_ms passes, unless a
  * commit already moved the slot past generation.  Cancellable: the sleep
- * ends on an interrupt, which CHECK_FOR_INTERRUPTS then serves.
+ * ends on an interrupt, which CHECK_FOR_INTERRUPTS then serves.  The
+ * client is checked on after every WAKEUP_CLIENT_CHECK_MS of sleep and
+ * when the sleep ends (see the banner).
+ *
+ * The generation, not the latch, says whether a commit came: checking the
+ * client resets the latch, and a commit bumps the generation before it
+ * wakes anyone.
  */
 void
 inbox_wakeup_sleep(const text *scope, uint64 generation, long timeout_ms)
 {
 	WakeupSlot *slot = &wakeup_slots[slot_of(scope)];
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 
 	ConditionVariablePrepareToSleep(&slot->cv);
-	if (pg_atomic_read_u64(&slot->generation) == generation)
-		(void) ConditionVariableTimedSleep(&slot->cv, timeout_ms, PG_WAIT_EXTENSION);
+	while (pg_atomic_read_u64(&slot->generation) == generation)
+	{
+		long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), end);
+
+		if (left <= 0)
+			break;
+		/* false: woken by a commit, or by an interrupt served inside */
+		if (!ConditionVariableTimedSleep(&slot->cv, Min(left, WAKEUP_CLIENT_CHECK_MS),
+										 PG_WAIT_EXTENSION))
+			break;
+		check_client();
+	}
 	ConditionVariableCancelSleep();
 	CHECK_FOR_INTERRUPTS();
+	check_client();
 }
