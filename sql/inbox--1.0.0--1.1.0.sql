@@ -373,6 +373,9 @@ BEGIN
 			PERFORM inbox.refuse_receipt(p_scope, p_receipt, 'failed');
 		END IF;
 	END IF;
+	-- The scope's depth (src/depth.c): a retry delay leaves it not due
+	PERFORM inbox.depth_moved(p_scope, 'r', new_state,
+							  coalesce(retry_span OPERATOR(pg_catalog.>) interval '0', false));
 	-- A dead head holds its group, or leaves it (inbox.group_dead)
 	IF new_state OPERATOR(pg_catalog.=) 'x' THEN
 		PERFORM inbox.group_dead(p_scope, failed_id);
@@ -1129,6 +1132,7 @@ BEGIN
 	DELETE FROM inbox.scopes AS s
 	 WHERE s.scope OPERATOR(pg_catalog.=) inbox_drop_scope.scope COLLATE "C";
 	PERFORM inbox.forget_counters(inbox_drop_scope.scope);
+	PERFORM inbox.depth_forget(inbox_drop_scope.scope);
 	RETURN removed;
 END
 $$;
@@ -2755,6 +2759,7 @@ BEGIN
 	IF NOT FOUND THEN
 		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
 	END IF;
+	PERFORM inbox.depth_moved(inbox_requeue.scope, 'x', 'p', false);
 	-- A dead letter its group skipped is taken on its own; one that holds
 	-- its group is its head again
 	DELETE FROM inbox.group_members AS m
@@ -3114,3 +3119,54 @@ CREATE OR REPLACE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 
 COMMENT ON VIEW @extschema@.inbox_stats IS
 'per-scope claims, duplicates, mismatches, content duplicates, blocked ordered groups, purge progress and retention clock';
+
+-- ======================================================================
+-- Depth: inbox_depth, from shared-memory counters (src/depth.c)
+-- ======================================================================
+
+/*
+ * Depth (src/depth.c).  inbox_depth(scope) returns the scope's pending
+ * messages, those of them that are due, and the messages being processed,
+ * from counters in shared memory that the receives, takes, completions,
+ * failures and requeues keep at commit: no count of rows, whatever the
+ * backlog.  A scope the counters do not hold yet is counted once.  The SQL
+ * functions that move a message tell the counters with inbox.depth_moved,
+ * after their UPDATE; inbox_drop_scope has its scope counted again with
+ * inbox.depth_forget.
+ */
+CREATE FUNCTION inbox.depth_moved(scope text, from_state "char", to_state "char", later boolean)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_depth_moved_sql'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.depth_forget(scope text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_depth_forget_sql'
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp;
+
+CREATE FUNCTION inbox.inbox_depth(scope text)
+RETURNS TABLE (pending bigint, due bigint, processing bigint)
+AS 'MODULE_PATHNAME', 'inbox_depth_1_1'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off;
+
+COMMENT ON FUNCTION inbox.inbox_depth(text) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_depth(scope text)
+RETURNS TABLE (pending bigint, due bigint, processing bigint)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_depth(text) IS
+'the scope''s pending messages, those of them due now, and the messages being processed, from shared-memory counters';
+
+REVOKE ALL ON FUNCTION inbox.depth_moved(text, "char", "char", boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.depth_forget(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_depth(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_depth(text) FROM PUBLIC;
+
+SELECT inbox.bundle_add('worker', 'function', '@extschema@.inbox_depth(text)');

@@ -56,6 +56,7 @@
 #include "claim_internal.h"
 #include "compat.h"
 #include "conflicts.h"
+#include "depth.h"
 #include "direct.h"
 #include "events.h"
 #include "groups.h"
@@ -632,8 +633,13 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 		inbox_group_enqueue(scope, 1, &message_id, &group_key, not_before);
 	SPI_finish();
 	if (received)
+	{
 		inbox_scope_touched(inbox_scope_leaf(scope), scope,
 							INBOX_TOUCH_LOCKS | INBOX_TOUCH_WAKES);
+		/* Not due at once if it waits for not_before or its group's head */
+		inbox_depth_moved(scope, INBOX_DEPTH_NONE, INBOX_STATE_PENDING, 1,
+						  values[5] != (Datum) 0 || group_key != NULL);
+	}
 	PG_RETURN_BOOL(received);
 }
 

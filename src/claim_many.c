@@ -32,6 +32,7 @@
 
 #include "claim_internal.h"
 #include "conflicts.h"
+#include "depth.h"
 #include "direct.h"
 #include "distributed.h"
 #include "events.h"
@@ -230,6 +231,12 @@ batch_written(Batch *batch, BatchItem *item)
 	item->status = batch->done;
 	item->stored_hash = item->payload_hash;
 	inbox_stats_count(batch->scope, INBOX_COUNT_ENTRY);
+	/* Not due at once if it waits for not_before or its group's head */
+	if (batch->kind != BATCH_CLAIM)
+		inbox_depth_moved(batch->scope, INBOX_DEPTH_NONE, INBOX_STATE_PENDING, 1,
+						  batch->not_before != (Datum) 0 ||
+						  (batch->group_keys != NULL &&
+						   batch->group_keys[item - batch->items] != NULL));
 }
 
 /*

@@ -74,6 +74,7 @@
 
 #include "compat.h"
 #include "deferred.h"
+#include "depth.h"
 #include "direct.h"
 #include "events.h"
 #include "distributed.h"
@@ -430,10 +431,14 @@ hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked
 			values[1] = message_id;
 			values[2] = TimestampTzGetDatum(round->now);
 			(void) execute(LEAF_DIE, call->leaf, values, NULL, SPI_OK_UPDATE);
+			inbox_depth_moved(call->scope, INBOX_STATE_PROCESSING, INBOX_STATE_DEAD, 1, false);
 			inbox_group_dead(call->scope, message_id);
 			continue;
 		}
 
+		/* A lost message taken again stays processing */
+		if (state == INBOX_STATE_PENDING)
+			inbox_depth_moved(call->scope, INBOX_STATE_PENDING, INBOX_STATE_PROCESSING, 1, false);
 		receipt = call->receipts ? new_receipt() : NULL;
 		ids[nchunk] = message_id;
 		receipts[nchunk] = receipt != NULL ? UUIDPGetDatum(receipt) : (Datum) 0;
@@ -825,7 +830,10 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 	/* Without the planner where it may (direct.c), else the kept plan */
 	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
 						values[2], PG_ARGISNULL(2)))
+	{
+		inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
 		PG_RETURN_VOID();
+	}
 
 	inbox_spi_connect();
 	if (execute(LEAF_COMPLETE, leaf, values, nulls, SPI_OK_UPDATE) != 1)
@@ -840,6 +848,7 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 		elog(ERROR, "inbox.refuse did not raise");
 	}
 	SPI_finish();
+	inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
 	PG_RETURN_VOID();
 }
 
@@ -872,7 +881,10 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 
 	/* As inbox_complete by message id: direct.c where it may */
 	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))
+	{
+		inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
 		PG_RETURN_VOID();
+	}
 
 	inbox_spi_connect();
 	if (execute(LEAF_COMPLETE_RECEIPT, leaf, values, nulls, SPI_OK_UPDATE) != 1)
@@ -886,6 +898,7 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 		elog(ERROR, "inbox.refuse_receipt did not raise");
 	}
 	SPI_finish();
+	inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
 	PG_RETURN_VOID();
 }
 

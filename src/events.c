@@ -2,8 +2,8 @@
  *
  * events.c
  *	  The scopes a transaction touched, and the one transaction callback
- *	  that tells front.c, wakeup.c and stats.c how it ended, in an order
- *	  written here.
+ *	  that tells front.c, wakeup.c, stats.c and depth.c how it ended, in an
+ *	  order written here.
  *
  * Writers of open messages (receives, takes, completions, failures,
  * extensions, requeues, scope drops) say what they did to a scope through
@@ -27,7 +27,12 @@
  *	   and sleep again;
  *	3. stats.c folds the rows a purge removed, the clocks it read and its
  *	   sweep into shared memory, or drops them with an abort.  Independent
- *	   of the two others.
+ *	   of the two others;
+ *	4. depth.c adds the states the transaction moved messages between to
+ *	   its scopes' counters, or drops them with an abort.  Independent of
+ *	   the others too.  It is also told just before the commit becomes
+ *	   visible (XACT_EVENT_PRE_COMMIT), so that a scope's first count can
+ *	   wait for the commits its snapshot saw (depth.c says why).
  *
  * A prepared transaction ends later, from whichever session runs COMMIT or
  * ROLLBACK PREPARED, maybe after a restart, where nothing was noted: at
@@ -48,6 +53,7 @@
 #include "fmgr.h"
 #include "nodes/parsenodes.h"
 
+#include "depth.h"
 #include "events.h"
 #include "front.h"
 #include "keys.h"
@@ -66,6 +72,8 @@ inbox_scope_touched(int leaf, const text *scope, int what)
 {
 	if (what & (INBOX_TOUCH_LOCKS | INBOX_TOUCH_MOVES))
 		inbox_front_note(leaf, scope, (what & INBOX_TOUCH_MOVES) != 0);
+	if (what & INBOX_TOUCH_MOVES)
+		inbox_depth_forget(scope);
 	if (what & INBOX_TOUCH_WAKES)
 		inbox_wakeup_note(scope);
 }
@@ -76,22 +84,29 @@ events_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			depth_xact_pre_commit();
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			front_xact_end(true);
 			wakeup_xact_end(true);
 			stats_xact_end(true);
+			depth_xact_end(true);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			front_xact_end(false);
 			wakeup_xact_end(false);
 			stats_xact_end(false);
+			depth_xact_end(false);
 			break;
 		case XACT_EVENT_PREPARE:
 			front_xact_prepared();
 			wakeup_xact_end(false);
 			stats_xact_end(false);
+			depth_xact_end(false);
 			break;
 		default:
 			break;
@@ -113,9 +128,11 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		case SUBXACT_EVENT_ABORT_SUB:
 			front_subxact_abort();
 			stats_subxact_end(false);
+			depth_subxact_end(false);
 			break;
 		case SUBXACT_EVENT_COMMIT_SUB:
 			stats_subxact_end(true);
+			depth_subxact_end(true);
 			break;
 		default:
 			break;
@@ -137,7 +154,10 @@ events_utility_statement(PlannedStmt *pstmt)
 		TransactionStmtKind kind = ((TransactionStmt *) parsetree)->kind;
 
 		if (kind == TRANS_STMT_COMMIT_PREPARED || kind == TRANS_STMT_ROLLBACK_PREPARED)
+		{
 			front_note_everything();
+			depth_note_everything();
+		}
 	}
 }
 

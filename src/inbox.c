@@ -38,6 +38,7 @@
 
 #include "conflicts.h"
 #include "deferred.h"
+#include "depth.h"
 #include "direct.h"
 #include "distributed.h"
 #include "events.h"
@@ -68,6 +69,7 @@ inbox_shmem_request(void)
 	front_shmem_request();
 	wakeup_shmem_request();
 	stats_shmem_request();
+	depth_shmem_request();
 }
 
 static void
@@ -79,6 +81,7 @@ inbox_shmem_startup(void)
 	front_shmem_attach();
 	wakeup_shmem_attach();
 	stats_shmem_attach();
+	depth_shmem_attach();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -119,6 +122,7 @@ _PG_init(void)
 	purge_init();				/* retention and purge batches */
 	outbox_init();				/* inbox.outbox_retention */
 	stats_init();				/* inbox.max_scopes, with the preload only */
+	depth_init();				/* inbox.depth_scopes, with the preload only */
 	worker_init();				/* purge_naptime and _enabled; the launcher */
 
 	/* The counters a coordinator sums over the workers read this node's */

@@ -109,6 +109,18 @@ inbox_execute_plan(SPIPlanPtr plan, const Datum *values, const char *nulls,
 }
 
 /*
+ * Execute a kept plan read-only, with the active snapshot the caller
+ * pushed rather than a new one; as inbox_execute_plan otherwise.
+ */
+uint64
+inbox_execute_plan_read_only(SPIPlanPtr plan, const Datum *values, const char *nulls,
+							 int expected, const char *what)
+{
+	return inbox_spi_check(SPI_execute_plan(plan, (Datum *) values, nulls, true, 0),
+						   expected, what);
+}
+
+/*
  * Plan and execute sql once, read-write, in the caller's SPI connection;
  * for statements off the hot paths.  The rows it processed.
  */

@@ -47,6 +47,8 @@ extern SPIPlanPtr inbox_leaf_plan(const InboxLeafStatement *stmt, SPIPlanPtr *sl
 
 extern uint64 inbox_execute_plan(SPIPlanPtr plan, const Datum *values, const char *nulls,
 								 int expected, const char *what);
+extern uint64 inbox_execute_plan_read_only(SPIPlanPtr plan, const Datum *values,
+										   const char *nulls, int expected, const char *what);
 extern uint64 inbox_execute(const char *sql, int nargs, const Oid *argtypes,
 							const Datum *values, const char *nulls, int expected);
 extern uint64 inbox_execute_alone(const char *sql, int nargs, const Oid *argtypes,

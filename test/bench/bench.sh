@@ -615,6 +615,9 @@ fi
 if [ "${BENCH_SKIP_GROUPS:-0}" = 0 ]; then
 	. "$here/groups.sh"
 fi
+if [ "${BENCH_SKIP_DEPTH:-0}" = 0 ]; then
+	. "$here/depth.sh"
+fi
 if [ "${BENCH_SKIP_PRIORITIES:-0}" = 0 ]; then
 	. "$here/priorities.sh"
 fi

@@ -50,6 +50,7 @@ my @layers = (
 		[ front => qw(front.c front.h) ],
 		[ wakeup => qw(wakeup.c wakeup.h) ],
 		[ stats => qw(stats.c stats.h) ],
+		[ depth => qw(depth.c depth.h) ],
 	],
 	[
 		base =>
