@@ -50,7 +50,7 @@ CREATE TABLE inbox.bundle_objects (
 	bundle text COLLATE pg_catalog."C" NOT NULL,
 	object_type text COLLATE pg_catalog."C" NOT NULL,
 	object text COLLATE pg_catalog."C" NOT NULL,
-	CONSTRAINT bundle_objects_pkey PRIMARY KEY (object_type, object),
+	CONSTRAINT bundle_objects_pkey PRIMARY KEY (bundle, object_type, object),
 	CONSTRAINT bundle_objects_object_type CHECK (object_type IN ('function', 'view'))
 );
 
@@ -187,8 +187,15 @@ BEGIN
 		RAISE NOTICE 'role % owns extension inbox and keeps every privilege on it', p_role;
 		RETURN;
 	END IF;
+	-- A revoke keeps what the role still holds through another bundle
 	FOR o IN SELECT b.object_type, b.object FROM inbox.bundle_objects AS b
 			  WHERE b.bundle OPERATOR(pg_catalog.=) p_bundle
+				AND (p_grant OR NOT EXISTS (
+					SELECT FROM inbox.bundle_objects AS other
+					 WHERE other.object_type OPERATOR(pg_catalog.=) b.object_type
+					   AND other.object OPERATOR(pg_catalog.=) b.object
+					   AND other.bundle OPERATOR(pg_catalog.<>) p_bundle
+					   AND p_role OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT inbox.bundle_holders(other.bundle)))))
 			  ORDER BY b.object_type, b.object
 	LOOP
 		EXECUTE inbox.bundle_privilege_sql(p_grant, o.object_type, o.object, p_role);
@@ -3170,3 +3177,4 @@ REVOKE ALL ON FUNCTION inbox.inbox_depth(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_depth(text) FROM PUBLIC;
 
 SELECT inbox.bundle_add('worker', 'function', '@extschema@.inbox_depth(text)');
+SELECT inbox.bundle_add('consumer', 'function', '@extschema@.inbox_depth(text)');

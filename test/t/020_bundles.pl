@@ -307,6 +307,23 @@ is( $node->sql(qq{
 is( $node->sql(q{SELECT has_function_privilege('consumer_role', 'inbox_claim(text, text, bytea)', 'EXECUTE')}),
 	't', 'other roles keep their bundles');
 
+# --- an object in two bundles --------------------------------------------------------------
+# inbox_depth is in both worker and consumer: revoking one bundle leaves
+# it to a role that still holds the other, and revoking both takes it
+$node->sql(q{
+	CREATE ROLE both_role LOGIN;
+	SELECT inbox_grant_bundle('both_role', 'worker'), inbox_grant_bundle('both_role', 'consumer');
+	SELECT inbox_revoke_bundle('both_role', 'consumer');
+});
+($ok, $out, $err) = as_role('both_role', q{SELECT pending FROM inbox_depth('shipping')});
+ok($ok, 'a role that keeps the worker bundle still calls inbox_depth after the consumer bundle is revoked')
+  or diag($err);
+($ok, $out, $err) = as_role('both_role', q{SELECT inbox_claim('shipping', 'both-1')});
+is(sqlstate_of($err), '42501', 'while what only the consumer bundle held is gone');
+$node->sql(q{SELECT inbox_revoke_bundle('both_role', 'worker')});
+($ok, $out, $err) = as_role('both_role', q{SELECT pending FROM inbox_depth('shipping')});
+is(sqlstate_of($err), '42501', 'and revoking the other bundle too takes inbox_depth');
+
 # --- an object added to a bundle later -----------------------------------------------------
 
 # As an update script adds a function: inbox.bundle_add grants it to the

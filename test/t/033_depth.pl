@@ -1,4 +1,4 @@
-# test/t/032_depth.pl
+# test/t/033_depth.pl
 #
 # inbox_depth(scope) equals a count of the scope's rows (pending, due at
 # the clock, processing) at every step:
