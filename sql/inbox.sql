@@ -1159,6 +1159,17 @@ AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
+/*
+ * A batch of completions by receipt (src/complete_many.c): each as
+ * inbox_complete by receipt, and a receipt that holds no message is
+ * reported, not raised, while the others complete.
+ */
+CREATE FUNCTION inbox.inbox_complete_many(scope text, receipts uuid[], results jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, receipt uuid, status text)
+AS 'MODULE_PATHNAME', 'inbox_complete_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION inbox.inbox_fail(scope text, message_id text, error text,
 								 retry_after interval DEFAULT NULL)
 RETURNS text
@@ -1326,6 +1337,8 @@ COMMENT ON FUNCTION inbox.inbox_complete(text, text, jsonb) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) IS
 'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_complete_many(text, uuid[], jsonb[]) IS
+'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_fail(text, text, text, interval) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) IS
@@ -1435,6 +1448,15 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) IS
 'mark the message a receipt holds as done, from any session; commits with the business effect';
 
+CREATE FUNCTION @extschema@.inbox_complete_many(scope text, receipts uuid[],
+												results jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, receipt uuid, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete_many(text, uuid[], jsonb[]) IS
+'mark the messages a batch of receipts holds as done: one row per receipt, completed, duplicate or not_owner';
+
 CREATE FUNCTION @extschema@.inbox_fail(scope text, message_id text, error text,
 									   retry_after interval DEFAULT NULL)
 RETURNS text
@@ -1520,6 +1542,7 @@ REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_complete_many(text, uuid[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_fail(text, text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_extend(text, text, interval) FROM PUBLIC;
@@ -1536,6 +1559,7 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBL
 REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete_many(text, uuid[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, text, interval) FROM PUBLIC;
@@ -2835,6 +2859,7 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('worker', 'function', '@extschema@.inbox_poll(text, integer, interval, interval)'),
 	('worker', 'function', '@extschema@.inbox_complete(text, text, jsonb)'),
 	('worker', 'function', '@extschema@.inbox_complete(text, uuid, jsonb)'),
+	('worker', 'function', '@extschema@.inbox_complete_many(text, uuid[], jsonb[])'),
 	('worker', 'function', '@extschema@.inbox_fail(text, text, text, interval)'),
 	('worker', 'function', '@extschema@.inbox_fail(text, uuid, text, interval)'),
 	('worker', 'function', '@extschema@.inbox_extend(text, text, interval)'),

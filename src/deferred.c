@@ -197,7 +197,8 @@ static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 		"complete by receipt",
 		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
 		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-		"WHERE receipt = $2 AND scope = $1 AND state = 'r'",
+		"WHERE receipt = $2 AND scope = $1 AND state = 'r' "
+		"RETURNING message_id",
 		{TEXTOID, UUIDOID, JSONBOID}
 	},
 	/* A message taken without a lease stays due from its take */
@@ -779,23 +780,101 @@ inbox_poll_1_0(PG_FUNCTION_ARGS)
 }
 
 /*
- * Complete the message through direct.c (inbox_direct_complete): true if
- * it did; false if it must take SPI, or found none to complete, which the
- * SPI statement then finds too and inbox.refuse explains.
+ * A completion: one statement's worth of messages of one scope marked done,
+ * each as the single inbox_complete marks it.  Written through direct.c
+ * (inbox_direct_complete) where it may, else by the kept plans
+ * LEAF_COMPLETE and LEAF_COMPLETE_RECEIPT; which one is decided by the
+ * first message, since every message of a scope lives in one leaf.
  */
-static bool
-complete_direct(int leaf, text *scope, text *message_id, pg_uuid_t *receipt,
-				int64 owner, Datum result, bool result_isnull)
+void
+inbox_completion_begin(InboxCompletion *c, text *scope)
 {
-	InboxDirectWriter *w = inbox_direct_begin("UPDATE");
-	InboxDirectResult done;
+	c->scope = scope;
+	c->leaf = inbox_scope_leaf(scope);
+	c->spi = false;
+	/* It locks open messages: an abort must reach the front (front.c) */
+	inbox_scope_touched(c->leaf, scope, INBOX_TOUCH_LOCKS);
+	c->writer = inbox_direct_begin("UPDATE");
+}
 
-	if (w == NULL)
+/* Leave direct.c for SPI, for this message and the rest of the completion */
+static void
+completion_spi(InboxCompletion *c)
+{
+	if (c->writer != NULL)
+	{
+		inbox_direct_end(c->writer);
+		c->writer = NULL;
+	}
+	if (!c->spi)
+	{
+		inbox_spi_connect();
+		c->spi = true;
+	}
+}
+
+/*
+ * Mark one message done with result: the one this session holds by
+ * (message_id, owner), or the one the receipt holds (message_id NULL).
+ * True if it did, with the message's id in *completed_id, allocated in the
+ * caller's memory context; false if no such message is held, which
+ * inbox.refuse or inbox.refuse_receipt explains.  Its group is released by
+ * the caller once the completion's statement has ended (inbox_group_leave
+ * with that id), so that a message that is not completed releases
+ * nothing, with or without a raise after it.
+ */
+bool
+inbox_completion_one(InboxCompletion *c, text *message_id, pg_uuid_t *receipt, int64 owner,
+					 Datum result, bool result_isnull, text **completed_id)
+{
+	DeferredLeafPlan kind = receipt != NULL ? LEAF_COMPLETE_RECEIPT : LEAF_COMPLETE;
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	bool		isnull;
+
+	if (c->writer != NULL)
+	{
+		InboxDirectResult done = inbox_direct_complete(c->writer, c->leaf, c->scope, message_id,
+													   receipt, owner, result, result_isnull,
+													   completed_id);
+
+		if (done != INBOX_DIRECT_UNAVAILABLE)
+			return done == INBOX_DIRECT_WRITTEN;
+	}
+	completion_spi(c);
+
+	values[0] = PointerGetDatum(c->scope);
+	values[1] = receipt != NULL ? UUIDPGetDatum(receipt) : PointerGetDatum(message_id);
+	values[2] = result_isnull ? (Datum) 0 : result;
+	nulls[2] = result_isnull ? 'n' : ' ';
+	values[3] = Int64GetDatum(owner);
+	if (receipt == NULL)
+	{
+		if (execute(kind, c->leaf, values, nulls, SPI_OK_UPDATE) != 1)
+			return false;
+		*completed_id = message_id;
+		return true;
+	}
+	if (execute(kind, c->leaf, values, nulls, SPI_OK_UPDATE_RETURNING) != 1)
 		return false;
-	done = inbox_direct_complete(w, leaf, scope, message_id, receipt, owner,
-								 result, result_isnull);
-	inbox_direct_end(w);
-	return done == INBOX_DIRECT_WRITTEN;
+	*completed_id = DatumGetTextPP(SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0],
+																   SPI_tuptable->tupdesc,
+																   1, &isnull),
+													 false, -1));
+	SPI_freetuptable(SPI_tuptable);
+	return true;
+}
+
+/* The end of the completion's statement */
+void
+inbox_completion_end(InboxCompletion *c)
+{
+	if (c->writer != NULL)
+		inbox_direct_end(c->writer);
+	c->writer = NULL;
+	if (c->spi)
+		SPI_finish();
+	c->spi = false;
 }
 
 /*
@@ -807,31 +886,18 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	int			leaf;
+	InboxCompletion c;
+	text	   *completed;
 
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(message_id);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
-	values[3] = Int64GetDatum(inbox_owner_key());
-	leaf = inbox_scope_leaf(scope);
-	/* It locks an open message: an abort must reach the front (front.c) */
-	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
-	/* Its group's next message becomes due (groups.c) */
-	inbox_group_leave(scope, message_id, NULL);
-
-	/* Without the planner where it may (direct.c), else the kept plan */
-	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
-						values[2], PG_ARGISNULL(2)))
-		PG_RETURN_VOID();
-
-	inbox_spi_connect();
-	if (execute(LEAF_COMPLETE, leaf, values, nulls, SPI_OK_UPDATE) != 1)
+	inbox_completion_begin(&c, scope);
+	if (!inbox_completion_one(&c, message_id, NULL, inbox_owner_key(),
+							  PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2),
+							  &completed))
 	{
 		Oid			types[2] = {TEXTOID, TEXTOID};
+		Datum		values[2] = {PointerGetDatum(scope), PointerGetDatum(message_id)};
 
+		completion_spi(&c);
 		/* inbox.refuse says why, and raises */
 		(void) inbox_execute_plan(inbox_plan(&refuse_plan,
 											 "SELECT inbox.refuse($1, $2, 'completed', 'r')",
@@ -839,7 +905,9 @@ inbox_complete_1_0(PG_FUNCTION_ARGS)
 								  values, NULL, SPI_OK_SELECT, "inbox.refuse");
 		elog(ERROR, "inbox.refuse did not raise");
 	}
-	SPI_finish();
+	inbox_completion_end(&c);
+	/* Its group's next message becomes due (groups.c) */
+	inbox_group_leave(scope, completed, NULL);
 	PG_RETURN_VOID();
 }
 
@@ -852,40 +920,33 @@ inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
 {
 	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
 	pg_uuid_t  *receipt;
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	int			leaf;
+	InboxCompletion c;
+	text	   *completed;
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("receipt must not be null")));
 	receipt = PG_GETARG_UUID_P(1);
-	values[0] = PointerGetDatum(scope);
-	values[1] = UUIDPGetDatum(receipt);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
 
-	leaf = inbox_scope_leaf(scope);
-	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
-	inbox_group_leave(scope, NULL, receipt);
-
-	/* As inbox_complete by message id: direct.c where it may */
-	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))
-		PG_RETURN_VOID();
-
-	inbox_spi_connect();
-	if (execute(LEAF_COMPLETE_RECEIPT, leaf, values, nulls, SPI_OK_UPDATE) != 1)
+	/* As inbox_complete by message id */
+	inbox_completion_begin(&c, scope);
+	if (!inbox_completion_one(&c, NULL, receipt, 0,
+							  PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2),
+							  &completed))
 	{
 		Oid			types[2] = {TEXTOID, UUIDOID};
+		Datum		values[2] = {PointerGetDatum(scope), UUIDPGetDatum(receipt)};
 
+		completion_spi(&c);
 		(void) inbox_execute_plan(inbox_plan(&refuse_receipt_plan,
 											 "SELECT inbox.refuse_receipt($1, $2, 'completed')",
 											 2, types),
 								  values, NULL, SPI_OK_SELECT, "inbox.refuse_receipt");
 		elog(ERROR, "inbox.refuse_receipt did not raise");
 	}
-	SPI_finish();
+	inbox_completion_end(&c);
+	inbox_group_leave(scope, completed, NULL);
 	PG_RETURN_VOID();
 }
 
