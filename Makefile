@@ -25,6 +25,7 @@ OBJS = \
 	src/compat_0_4.o \
 	src/claim_many.o \
 	src/complete_many.o \
+	src/complete.o \
 	src/claim.o \
 	src/deferred.o \
 	src/offsets.o \

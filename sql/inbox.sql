@@ -1115,10 +1115,11 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
 /*
- * The take and the completion are C (src/deferred.c): they run kept plans,
- * which do not depend on statistics or on plan_cache_mode.  The takes'
- * SET clauses keep their plans on the open-messages index whatever the
- * statistics say (src/deferred.c says why).  inbox_take binds what it
+ * The take and the completion are C (src/deferred.c, src/complete.c):
+ * they run kept plans, which do not depend on statistics or on
+ * plan_cache_mode.  The takes' SET clauses keep their plans on the
+ * open-messages index whatever the statistics say (src/deferred.c says
+ * why).  inbox_take binds what it
  * takes to this session; inbox_poll also gives each message a receipt,
  * which any session may complete, fail or extend, and can wait for
  * messages to arrive.

@@ -3,7 +3,7 @@
  * complete_many.c
  *	  inbox_complete_many: a worker's batch of receipts completed in one
  *	  call, in the caller's transaction, each as the single inbox_complete
- *	  by receipt completes it (deferred.c's completion, which both call).
+ *	  by receipt completes it (complete.c's completion, which both call).
  *
  * A receipt that holds no message does not stop the others, and needs no
  * subtransaction: its completion is an update that matches no row, which
@@ -37,7 +37,7 @@
 #include "utils/tuplestore.h"
 #include "utils/uuid.h"
 
-#include "deferred.h"
+#include "complete.h"
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"

@@ -2,10 +2,10 @@
  *
  * deferred.c
  *	  The deferred mode's hot path: inbox_take and inbox_poll, which hand
- *	  out pending messages, and inbox_complete, which marks one done in the
- *	  transaction of its effect.  inbox_fail, inbox_extend and
- *	  inbox_requeue are SQL; the owner sessions are in session.c and the
- *	  waiting in wakeup.c.
+ *	  out pending messages.  inbox_complete, which marks one done in the
+ *	  transaction of its effect, is in complete.c; inbox_fail,
+ *	  inbox_extend by message id and inbox_requeue are SQL; the owner
+ *	  sessions are in session.c and the waiting in wakeup.c.
  *
  * A take runs two kinds of statement, each with a plan kept for the life
  * of the backend, on the one leaf that holds the scope's entries:
@@ -74,7 +74,6 @@
 
 #include "compat.h"
 #include "deferred.h"
-#include "direct.h"
 #include "events.h"
 #include "distributed.h"
 #include "entries.h"
@@ -89,8 +88,6 @@
 
 PG_FUNCTION_INFO_V1(inbox_take_1_0);
 PG_FUNCTION_INFO_V1(inbox_poll_1_0);
-PG_FUNCTION_INFO_V1(inbox_complete_1_0);
-PG_FUNCTION_INFO_V1(inbox_complete_receipt_1_0);
 PG_FUNCTION_INFO_V1(inbox_extend_receipt_1_0);
 PG_FUNCTION_INFO_V1(inbox_result_1_0);
 
@@ -118,8 +115,6 @@ static int	max_attempts = 5;
 #define POLL_MAX_WAIT_SECONDS	60
 
 static SPIPlanPtr max_attempts_plan = NULL;
-static SPIPlanPtr refuse_plan = NULL;
-static SPIPlanPtr refuse_receipt_plan = NULL;
 static SPIPlanPtr refuse_extend_plan = NULL;
 
 /*
@@ -134,8 +129,6 @@ typedef enum DeferredLeafPlan
 	LEAF_TAKE,					/* hand messages out */
 	LEAF_TAKE_ONE,				/* hand one message out */
 	LEAF_DIE,					/* a lost message out of attempts */
-	LEAF_COMPLETE,				/* done, by its owner session */
-	LEAF_COMPLETE_RECEIPT,		/* done, by receipt */
 	LEAF_EXTEND_RECEIPT,		/* a longer lease, by receipt */
 	LEAF_RESULT,				/* a message's stored result */
 	DEFERRED_LEAF_PLANS
@@ -185,21 +178,6 @@ static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 		"last_error = COALESCE(last_error, 'worker lost during the last allowed attempt') "
 		"WHERE scope = $1 AND message_id = $2",
 		{TEXTOID, TEXTOID, TIMESTAMPTZOID}
-	},
-	[LEAF_COMPLETE] = {
-		"complete",
-		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
-		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-		"WHERE scope = $1 AND message_id = $2 AND state = 'r' AND owner_session = $4",
-		{TEXTOID, TEXTOID, JSONBOID, INT8OID}
-	},
-	[LEAF_COMPLETE_RECEIPT] = {
-		"complete by receipt",
-		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
-		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-		"WHERE receipt = $2 AND scope = $1 AND state = 'r' "
-		"RETURNING message_id",
-		{TEXTOID, UUIDOID, JSONBOID}
 	},
 	/* A message taken without a lease stays due from its take */
 	[LEAF_EXTEND_RECEIPT] = {
@@ -777,177 +755,6 @@ Datum
 inbox_poll_1_0(PG_FUNCTION_ARGS)
 {
 	return take(fcinfo, true);
-}
-
-/*
- * A completion: one statement's worth of messages of one scope marked done,
- * each as the single inbox_complete marks it.  Written through direct.c
- * (inbox_direct_complete) where it may, else by the kept plans
- * LEAF_COMPLETE and LEAF_COMPLETE_RECEIPT; which one is decided by the
- * first message, since every message of a scope lives in one leaf.
- */
-void
-inbox_completion_begin(InboxCompletion *c, text *scope)
-{
-	c->scope = scope;
-	c->leaf = inbox_scope_leaf(scope);
-	c->spi = false;
-	/* It locks open messages: an abort must reach the front (front.c) */
-	inbox_scope_touched(c->leaf, scope, INBOX_TOUCH_LOCKS);
-	c->writer = inbox_direct_begin("UPDATE");
-}
-
-/* Leave direct.c for SPI, for this message and the rest of the completion */
-static void
-completion_spi(InboxCompletion *c)
-{
-	if (c->writer != NULL)
-	{
-		inbox_direct_end(c->writer);
-		c->writer = NULL;
-	}
-	if (!c->spi)
-	{
-		inbox_spi_connect();
-		c->spi = true;
-	}
-}
-
-/*
- * Mark one message done with result: the one this session holds by
- * (message_id, owner), or the one the receipt holds (message_id NULL).
- * True if it did, with the message's id in *completed_id, allocated in the
- * caller's memory context; false if no such message is held, which
- * inbox.refuse or inbox.refuse_receipt explains.  Its group is released by
- * the caller once the completion's statement has ended (inbox_group_leave
- * with that id), so that a message that is not completed releases
- * nothing, with or without a raise after it.
- */
-bool
-inbox_completion_one(InboxCompletion *c, text *message_id, pg_uuid_t *receipt, int64 owner,
-					 Datum result, bool result_isnull, text **completed_id)
-{
-	DeferredLeafPlan kind = receipt != NULL ? LEAF_COMPLETE_RECEIPT : LEAF_COMPLETE;
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	bool		isnull;
-
-	if (c->writer != NULL)
-	{
-		InboxDirectResult done = inbox_direct_complete(c->writer, c->leaf, c->scope, message_id,
-													   receipt, owner, result, result_isnull,
-													   completed_id);
-
-		if (done != INBOX_DIRECT_UNAVAILABLE)
-			return done == INBOX_DIRECT_WRITTEN;
-	}
-	completion_spi(c);
-
-	values[0] = PointerGetDatum(c->scope);
-	values[1] = receipt != NULL ? UUIDPGetDatum(receipt) : PointerGetDatum(message_id);
-	values[2] = result_isnull ? (Datum) 0 : result;
-	nulls[2] = result_isnull ? 'n' : ' ';
-	values[3] = Int64GetDatum(owner);
-	if (receipt == NULL)
-	{
-		if (execute(kind, c->leaf, values, nulls, SPI_OK_UPDATE) != 1)
-			return false;
-		*completed_id = message_id;
-		return true;
-	}
-	if (execute(kind, c->leaf, values, nulls, SPI_OK_UPDATE_RETURNING) != 1)
-		return false;
-	*completed_id = DatumGetTextPP(SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0],
-																   SPI_tuptable->tupdesc,
-																   1, &isnull),
-													 false, -1));
-	SPI_freetuptable(SPI_tuptable);
-	return true;
-}
-
-/* The end of the completion's statement */
-void
-inbox_completion_end(InboxCompletion *c)
-{
-	if (c->writer != NULL)
-		inbox_direct_end(c->writer);
-	c->writer = NULL;
-	if (c->spi)
-		SPI_finish();
-	c->spi = false;
-}
-
-/*
- * inbox_complete(scope, message_id, result): the message this session
- * took is done, with the caller's effect.
- */
-Datum
-inbox_complete_1_0(PG_FUNCTION_ARGS)
-{
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
-	InboxCompletion c;
-	text	   *completed;
-
-	inbox_completion_begin(&c, scope);
-	if (!inbox_completion_one(&c, message_id, NULL, inbox_owner_key(),
-							  PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2),
-							  &completed))
-	{
-		Oid			types[2] = {TEXTOID, TEXTOID};
-		Datum		values[2] = {PointerGetDatum(scope), PointerGetDatum(message_id)};
-
-		completion_spi(&c);
-		/* inbox.refuse says why, and raises */
-		(void) inbox_execute_plan(inbox_plan(&refuse_plan,
-											 "SELECT inbox.refuse($1, $2, 'completed', 'r')",
-											 2, types),
-								  values, NULL, SPI_OK_SELECT, "inbox.refuse");
-		elog(ERROR, "inbox.refuse did not raise");
-	}
-	inbox_completion_end(&c);
-	/* Its group's next message becomes due (groups.c) */
-	inbox_group_leave(scope, completed, NULL);
-	PG_RETURN_VOID();
-}
-
-/*
- * inbox_complete(scope, receipt, result): the message the receipt holds
- * is done, from whichever session the caller runs on.
- */
-Datum
-inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
-{
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	pg_uuid_t  *receipt;
-	InboxCompletion c;
-	text	   *completed;
-
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("receipt must not be null")));
-	receipt = PG_GETARG_UUID_P(1);
-
-	/* As inbox_complete by message id */
-	inbox_completion_begin(&c, scope);
-	if (!inbox_completion_one(&c, NULL, receipt, 0,
-							  PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2), PG_ARGISNULL(2),
-							  &completed))
-	{
-		Oid			types[2] = {TEXTOID, UUIDOID};
-		Datum		values[2] = {PointerGetDatum(scope), UUIDPGetDatum(receipt)};
-
-		completion_spi(&c);
-		(void) inbox_execute_plan(inbox_plan(&refuse_receipt_plan,
-											 "SELECT inbox.refuse_receipt($1, $2, 'completed')",
-											 2, types),
-								  values, NULL, SPI_OK_SELECT, "inbox.refuse_receipt");
-		elog(ERROR, "inbox.refuse_receipt did not raise");
-	}
-	inbox_completion_end(&c);
-	inbox_group_leave(scope, completed, NULL);
-	PG_RETURN_VOID();
 }
 
 /*

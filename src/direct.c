@@ -771,7 +771,7 @@ hint_unchanged_indexes(ResultRelInfo *rri)
 
 /*
  * Complete a message in leaf leafno, which must be processing and held by
- * what the caller names, as deferred.c's LEAF_COMPLETE and
+ * what the caller names, as complete.c's LEAF_COMPLETE and
  * LEAF_COMPLETE_RECEIPT statements would: (scope, message_id) held by the
  * owner session, or (receipt != NULL, message_id NULL) the message of
  * scope that the receipt holds.

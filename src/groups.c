@@ -229,7 +229,7 @@ group_leave(text *scope, Datum message_id, Datum receipt, bool skip)
 
 /*
  * The message completed, by its id or by its receipt (message_id NULL),
- * leaves its group.  The completions (deferred.c) call it after their
+ * leaves its group.  The completions (complete.c) call it after their
  * statement, with the id of a message they did complete, so that a batch
  * that completes some of its receipts and not others releases only the
  * groups of those it completed.  Connects to SPI when it has something to
