@@ -196,10 +196,14 @@ inbox_complete_many(PG_FUNCTION_ARGS)
 	}
 	inbox_completion_end(&c);
 
-	/* Each completed message's group lets its next message go (groups.c) */
-	for (i = 0; i < n; i++)
-		if (sorted[i]->completed != NULL)
-			inbox_group_leave(scope, sorted[i]->completed, NULL);
+	/*
+	 * Each completed message's group lets its next message go (groups.c);
+	 * a database without groups is asked once, not once per message
+	 */
+	if (inbox_groups_in_use())
+		for (i = 0; i < n; i++)
+			if (sorted[i]->completed != NULL)
+				inbox_group_leave(scope, sorted[i]->completed, NULL);
 
 	for (i = 0; i < n; i++)
 	{

@@ -1,4 +1,4 @@
--- test/bench/complete_single.sql
+-- test/bench/complete_loop.sql
 --
 -- The receipts of one batch of 100 polled messages, completed by 100
 -- single inbox_complete calls in one transaction (complete_singles, a
