@@ -24,6 +24,8 @@ OBJS = \
 	src/worker.o \
 	src/compat_0_4.o \
 	src/claim_many.o \
+	src/complete_many.o \
+	src/complete.o \
 	src/claim.o \
 	src/deferred.o \
 	src/offsets.o \
@@ -61,7 +63,7 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred poll groups priorities ranges streams forget limits outbox direct_guard content_window depth drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll complete_many groups priorities ranges streams forget limits outbox direct_guard content_window depth drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/

@@ -3127,7 +3127,7 @@ CREATE OR REPLACE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 COMMENT ON VIEW @extschema@.inbox_stats IS
 'per-scope claims, duplicates, mismatches, content duplicates, blocked ordered groups, purge progress and retention clock';
 
--- ======================================================================
+-- ===============================================================
 -- Depth: inbox_depth, from shared-memory counters (src/depth.c)
 -- ======================================================================
 
@@ -3178,3 +3178,36 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_depth(text) FROM PUBLIC;
 
 SELECT inbox.bundle_add('worker', 'function', '@extschema@.inbox_depth(text)');
 SELECT inbox.bundle_add('consumer', 'function', '@extschema@.inbox_depth(text)');
+=======
+/* ------------------------------------------------------------------------
+ * A batch of completions by receipt
+ */
+
+/*
+ * A batch of completions by receipt (src/complete_many.c): each as
+ * inbox_complete by receipt, and a receipt that holds no message is
+ * reported, not raised, while the others complete.
+ */
+CREATE FUNCTION inbox.inbox_complete_many(scope text, receipts uuid[], results jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, receipt uuid, status text)
+AS 'MODULE_PATHNAME', 'inbox_complete_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_complete_many(text, uuid[], jsonb[]) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.inbox_complete_many(scope text, receipts uuid[],
+												results jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, receipt uuid, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete_many(text, uuid[], jsonb[]) IS
+'mark the messages a batch of receipts holds as done: one row per receipt, completed, duplicate or not_owner';
+
+REVOKE ALL ON FUNCTION inbox.inbox_complete_many(text, uuid[], jsonb[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete_many(text, uuid[], jsonb[]) FROM PUBLIC;
+
+-- New in 1.1.0: granted to the roles that hold the rest of its bundle
+SELECT inbox.bundle_add('worker', 'function', '@extschema@.inbox_complete_many(text, uuid[], jsonb[])');

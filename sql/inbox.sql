@@ -1078,10 +1078,11 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
 /*
- * The take and the completion are C (src/deferred.c): they run kept plans,
- * which do not depend on statistics or on plan_cache_mode.  The takes'
- * SET clauses keep their plans on the open-messages index whatever the
- * statistics say (src/deferred.c says why).  inbox_take binds what it
+ * The take and the completion are C (src/deferred.c, src/complete.c):
+ * they run kept plans, which do not depend on statistics or on
+ * plan_cache_mode.  The takes' SET clauses keep their plans on the
+ * open-messages index whatever the statistics say (src/deferred.c says
+ * why).  inbox_take binds what it
  * takes to this session; inbox_poll also gives each message a receipt,
  * which any session may complete, fail or extend, and can wait for
  * messages to arrive.
@@ -1119,6 +1120,17 @@ SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION inbox.inbox_complete(scope text, receipt uuid, result jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'inbox_complete_receipt_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+/*
+ * A batch of completions by receipt (src/complete_many.c): each as
+ * inbox_complete by receipt, and a receipt that holds no message is
+ * reported, not raised, while the others complete.
+ */
+CREATE FUNCTION inbox.inbox_complete_many(scope text, receipts uuid[], results jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, receipt uuid, status text)
+AS 'MODULE_PATHNAME', 'inbox_complete_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
@@ -1290,6 +1302,8 @@ COMMENT ON FUNCTION inbox.inbox_complete(text, text, jsonb) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) IS
 'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_complete_many(text, uuid[], jsonb[]) IS
+'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_fail(text, text, text, interval) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) IS
@@ -1399,6 +1413,15 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) IS
 'mark the message a receipt holds as done, from any session; commits with the business effect';
 
+CREATE FUNCTION @extschema@.inbox_complete_many(scope text, receipts uuid[],
+												results jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, receipt uuid, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_complete_many(text, uuid[], jsonb[]) IS
+'mark the messages a batch of receipts holds as done: one row per receipt, completed, duplicate or not_owner';
+
 CREATE FUNCTION @extschema@.inbox_fail(scope text, message_id text, error text,
 									   retry_after interval DEFAULT NULL)
 RETURNS text
@@ -1483,6 +1506,7 @@ REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_complete_many(text, uuid[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_fail(text, text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_extend(text, text, interval) FROM PUBLIC;
@@ -1499,6 +1523,7 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBL
 REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, uuid, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_complete_many(text, uuid[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, text, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_fail(text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_extend(text, text, interval) FROM PUBLIC;
@@ -2851,6 +2876,7 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('worker', 'function', '@extschema@.inbox_poll(text, integer, interval, interval)'),
 	('worker', 'function', '@extschema@.inbox_complete(text, text, jsonb)'),
 	('worker', 'function', '@extschema@.inbox_complete(text, uuid, jsonb)'),
+	('worker', 'function', '@extschema@.inbox_complete_many(text, uuid[], jsonb[])'),
 	('worker', 'function', '@extschema@.inbox_fail(text, text, text, interval)'),
 	('worker', 'function', '@extschema@.inbox_fail(text, uuid, text, interval)'),
 	('worker', 'function', '@extschema@.inbox_extend(text, text, interval)'),

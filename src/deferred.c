@@ -2,10 +2,10 @@
  *
  * deferred.c
  *	  The deferred mode's hot path: inbox_take and inbox_poll, which hand
- *	  out pending messages, and inbox_complete, which marks one done in the
- *	  transaction of its effect.  inbox_fail, inbox_extend and
- *	  inbox_requeue are SQL; the owner sessions are in session.c and the
- *	  waiting in wakeup.c.
+ *	  out pending messages.  inbox_complete, which marks one done in the
+ *	  transaction of its effect, is in complete.c; inbox_fail,
+ *	  inbox_extend by message id and inbox_requeue are SQL; the owner
+ *	  sessions are in session.c and the waiting in wakeup.c.
  *
  * A take runs two kinds of statement, each with a plan kept for the life
  * of the backend, on the one leaf that holds the scope's entries:
@@ -75,7 +75,6 @@
 #include "compat.h"
 #include "deferred.h"
 #include "depth.h"
-#include "direct.h"
 #include "events.h"
 #include "distributed.h"
 #include "entries.h"
@@ -90,8 +89,6 @@
 
 PG_FUNCTION_INFO_V1(inbox_take_1_0);
 PG_FUNCTION_INFO_V1(inbox_poll_1_0);
-PG_FUNCTION_INFO_V1(inbox_complete_1_0);
-PG_FUNCTION_INFO_V1(inbox_complete_receipt_1_0);
 PG_FUNCTION_INFO_V1(inbox_extend_receipt_1_0);
 PG_FUNCTION_INFO_V1(inbox_result_1_0);
 
@@ -119,8 +116,6 @@ static int	max_attempts = 5;
 #define POLL_MAX_WAIT_SECONDS	60
 
 static SPIPlanPtr max_attempts_plan = NULL;
-static SPIPlanPtr refuse_plan = NULL;
-static SPIPlanPtr refuse_receipt_plan = NULL;
 static SPIPlanPtr refuse_extend_plan = NULL;
 
 /*
@@ -135,8 +130,6 @@ typedef enum DeferredLeafPlan
 	LEAF_TAKE,					/* hand messages out */
 	LEAF_TAKE_ONE,				/* hand one message out */
 	LEAF_DIE,					/* a lost message out of attempts */
-	LEAF_COMPLETE,				/* done, by its owner session */
-	LEAF_COMPLETE_RECEIPT,		/* done, by receipt */
 	LEAF_EXTEND_RECEIPT,		/* a longer lease, by receipt */
 	LEAF_RESULT,				/* a message's stored result */
 	DEFERRED_LEAF_PLANS
@@ -186,20 +179,6 @@ static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 		"last_error = COALESCE(last_error, 'worker lost during the last allowed attempt') "
 		"WHERE scope = $1 AND message_id = $2",
 		{TEXTOID, TEXTOID, TIMESTAMPTZOID}
-	},
-	[LEAF_COMPLETE] = {
-		"complete",
-		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
-		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-		"WHERE scope = $1 AND message_id = $2 AND state = 'r' AND owner_session = $4",
-		{TEXTOID, TEXTOID, JSONBOID, INT8OID}
-	},
-	[LEAF_COMPLETE_RECEIPT] = {
-		"complete by receipt",
-		"UPDATE inbox.entries_p%d SET state = 'd', result = $3, finished_at = pg_catalog.now(), "
-		"owner_session = NULL, lease_until = NULL, due = NULL, receipt = NULL "
-		"WHERE receipt = $2 AND scope = $1 AND state = 'r'",
-		{TEXTOID, UUIDOID, JSONBOID}
 	},
 	/* A message taken without a lease stays due from its take */
 	[LEAF_EXTEND_RECEIPT] = {
@@ -781,125 +760,6 @@ Datum
 inbox_poll_1_0(PG_FUNCTION_ARGS)
 {
 	return take(fcinfo, true);
-}
-
-/*
- * Complete the message through direct.c (inbox_direct_complete): true if
- * it did; false if it must take SPI, or found none to complete, which the
- * SPI statement then finds too and inbox.refuse explains.
- */
-static bool
-complete_direct(int leaf, text *scope, text *message_id, pg_uuid_t *receipt,
-				int64 owner, Datum result, bool result_isnull)
-{
-	InboxDirectWriter *w = inbox_direct_begin("UPDATE");
-	InboxDirectResult done;
-
-	if (w == NULL)
-		return false;
-	done = inbox_direct_complete(w, leaf, scope, message_id, receipt, owner,
-								 result, result_isnull);
-	inbox_direct_end(w);
-	return done == INBOX_DIRECT_WRITTEN;
-}
-
-/*
- * inbox_complete(scope, message_id, result): the message this session
- * took is done, with the caller's effect.
- */
-Datum
-inbox_complete_1_0(PG_FUNCTION_ARGS)
-{
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	int			leaf;
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(message_id);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
-	values[3] = Int64GetDatum(inbox_owner_key());
-	leaf = inbox_scope_leaf(scope);
-	/* It locks an open message: an abort must reach the front (front.c) */
-	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
-	/* Its group's next message becomes due (groups.c) */
-	inbox_group_leave(scope, message_id, NULL);
-
-	/* Without the planner where it may (direct.c), else the kept plan */
-	if (complete_direct(leaf, scope, message_id, NULL, DatumGetInt64(values[3]),
-						values[2], PG_ARGISNULL(2)))
-	{
-		inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
-		PG_RETURN_VOID();
-	}
-
-	inbox_spi_connect();
-	if (execute(LEAF_COMPLETE, leaf, values, nulls, SPI_OK_UPDATE) != 1)
-	{
-		Oid			types[2] = {TEXTOID, TEXTOID};
-
-		/* inbox.refuse says why, and raises */
-		(void) inbox_execute_plan(inbox_plan(&refuse_plan,
-											 "SELECT inbox.refuse($1, $2, 'completed', 'r')",
-											 2, types),
-								  values, NULL, SPI_OK_SELECT, "inbox.refuse");
-		elog(ERROR, "inbox.refuse did not raise");
-	}
-	SPI_finish();
-	inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
-	PG_RETURN_VOID();
-}
-
-/*
- * inbox_complete(scope, receipt, result): the message the receipt holds
- * is done, from whichever session the caller runs on.
- */
-Datum
-inbox_complete_receipt_1_0(PG_FUNCTION_ARGS)
-{
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	pg_uuid_t  *receipt;
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	int			leaf;
-
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("receipt must not be null")));
-	receipt = PG_GETARG_UUID_P(1);
-	values[0] = PointerGetDatum(scope);
-	values[1] = UUIDPGetDatum(receipt);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
-
-	leaf = inbox_scope_leaf(scope);
-	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
-	inbox_group_leave(scope, NULL, receipt);
-
-	/* As inbox_complete by message id: direct.c where it may */
-	if (complete_direct(leaf, scope, NULL, receipt, 0, values[2], PG_ARGISNULL(2)))
-	{
-		inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
-		PG_RETURN_VOID();
-	}
-
-	inbox_spi_connect();
-	if (execute(LEAF_COMPLETE_RECEIPT, leaf, values, nulls, SPI_OK_UPDATE) != 1)
-	{
-		Oid			types[2] = {TEXTOID, UUIDOID};
-
-		(void) inbox_execute_plan(inbox_plan(&refuse_receipt_plan,
-											 "SELECT inbox.refuse_receipt($1, $2, 'completed')",
-											 2, types),
-								  values, NULL, SPI_OK_SELECT, "inbox.refuse_receipt");
-		elog(ERROR, "inbox.refuse_receipt did not raise");
-	}
-	SPI_finish();
-	inbox_depth_moved(scope, INBOX_STATE_PROCESSING, INBOX_STATE_DONE, 1, false);
-	PG_RETURN_VOID();
 }
 
 /*

@@ -771,7 +771,7 @@ hint_unchanged_indexes(ResultRelInfo *rri)
 
 /*
  * Complete a message in leaf leafno, which must be processing and held by
- * what the caller names, as deferred.c's LEAF_COMPLETE and
+ * what the caller names, as complete.c's LEAF_COMPLETE and
  * LEAF_COMPLETE_RECEIPT statements would: (scope, message_id) held by the
  * owner session, or (receipt != NULL, message_id NULL) the message of
  * scope that the receipt holds.
@@ -795,14 +795,16 @@ hint_unchanged_indexes(ResultRelInfo *rri)
  * (nodeModifyTable.c's ExecUpdate, then EvalPlanQual): under READ
  * COMMITTED, the latest version is locked and checked again; under
  * REPEATABLE READ and SERIALIZABLE, it is a serialization failure.
- * INBOX_DIRECT_WRITTEN when the message was completed,
- * INBOX_DIRECT_NOT_FOUND when there is none to complete (the caller
- * explains why), INBOX_DIRECT_UNAVAILABLE, having done nothing, when the
- * leaf is not what this module expects.
+ * INBOX_DIRECT_WRITTEN when the message was completed, with its id in
+ * *completed_id (in the caller's memory context); INBOX_DIRECT_NOT_FOUND
+ * when there is none to complete (the caller explains why);
+ * INBOX_DIRECT_UNAVAILABLE, having done nothing, when the leaf is not
+ * what this module expects.
  */
 InboxDirectResult
 inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *message_id,
-					  pg_uuid_t *receipt, int64 owner, Datum result, bool result_isnull)
+					  pg_uuid_t *receipt, int64 owner, Datum result, bool result_isnull,
+					  text **completed_id)
 {
 	DirectLeaf *leaf = open_leaf(w, leafno);
 	EState	   *estate = w->estate;
@@ -902,6 +904,9 @@ inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope, text *messa
 			if (index_mode != INBOX_UPDATE_INDEXES_NONE)
 				list_free(inbox_update_index_tuples(leaf->rri, new, estate,
 													index_mode == INBOX_UPDATE_INDEXES_SUMMARIZING));
+			MemoryContextSwitchTo(caller_cxt);
+			*completed_id = DatumGetTextPCopy(old->tts_values[Anum_entries_message_id - 1]);
+			MemoryContextSwitchTo(GetPerTupleMemoryContext(estate));
 			outcome = INBOX_DIRECT_WRITTEN;
 			break;
 		}

@@ -38,7 +38,8 @@ extern bool inbox_direct_lookup(InboxDirectWriter *w, int bucket, text *scope,
 								bytea **payload_hash, char *state);
 extern InboxDirectResult inbox_direct_complete(InboxDirectWriter *w, int leafno, text *scope,
 											   text *message_id, pg_uuid_t *receipt, int64 owner,
-											   Datum result, bool result_isnull);
+											   Datum result, bool result_isnull,
+											   text **completed_id);
 extern void inbox_direct_end(InboxDirectWriter *w);
 
 #endif							/* INBOX_DIRECT_H */

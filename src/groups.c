@@ -435,11 +435,12 @@ group_leave(text *scope, Datum message_id, Datum receipt, bool skip)
 }
 
 /*
- * The message being completed, by its id or by its receipt (message_id
- * NULL), leaves its group.  Called before the completion's own statement,
- * while the receipt still names the message; whatever refuses the
- * completion then raises, and takes this back with it.  Connects to SPI
- * when it has something to do.
+ * The message completed, by its id or by its receipt (message_id NULL),
+ * leaves its group.  The completions (complete.c) call it after their
+ * statement, with the id of a message they did complete, so that a batch
+ * that completes some of its receipts and not others releases only the
+ * groups of those it completed.  Connects to SPI when it has something to
+ * do.
  */
 void
 inbox_group_leave(text *scope, text *message_id, pg_uuid_t *receipt)

@@ -48,9 +48,122 @@ BEGIN
 END $$;
 SQL
 
+#
+# A batch of completions against single ones: the receipts of batches of
+# 100 polled messages, completed by one inbox_complete_many call, by 100
+# inbox_complete statements from the client, or by 100 inbox_complete
+# calls in a PL/pgSQL loop, each batch in one transaction.  Every run
+# completes a fixed number of batches (BENCH_COMPLETE_TRANSACTIONS per
+# client), the order of the two rotated each round; the fill and the
+# polls that hand the receipts out are timed too.
+#
+complete_bench()
+{
+	local tx=${BENCH_COMPLETE_TRANSACTIONS:-40} rounds=${BENCH_COMPLETE_ROUNDS:-$def_rounds}
+	local per_run batches total t0 t1 t2 v r i tps before after res file
+	local -A cm_rate=()
+	local cm_variants=(single loop many)
+
+	per_run=$((clients * tx))
+	batches=$((${#cm_variants[@]} * rounds * per_run))
+	total=$((batches * 100))
+	echo "## Deferred mode: a batch of completions"
+	echo
+	echo "- $clients clients, -j $jobs, -M prepared, $tx transactions per client and run, each the completion of 100 receipts; $rounds round(s) rotating the order, medians"
+	echo
+
+	psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<'SQL'
+CREATE TABLE complete_batches (b integer PRIMARY KEY, receipts uuid[] NOT NULL);
+CREATE SEQUENCE complete_next;
+CREATE FUNCTION complete_singles(p_scope text, p_b integer) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+	r uuid;
+	n integer := 0;
+BEGIN
+	FOR r IN SELECT unnest(receipts) FROM complete_batches WHERE b = p_b LOOP
+		PERFORM inbox_complete(p_scope, r);
+		n := n + 1;
+	END LOOP;
+	RETURN n;
+END $$;
+SQL
+	# The 100 statements of one transaction of the client's single calls
+	{
+		echo "SELECT nextval('complete_next') AS b \\gset"
+		echo "BEGIN;"
+		for ((i = 1; i <= 100; i++)); do
+			echo "SELECT inbox_complete(:scope, (SELECT receipts[$i] FROM complete_batches WHERE b = :b));"
+		done
+		echo "COMMIT;"
+	} >"$work/complete_single.sql"
+	t0=$(date +%s.%N)
+	sql "SELECT count(*) FROM generate_series(1, $total, 10000) b
+		 CROSS JOIN LATERAL inbox_receive_many('complete',
+			ARRAY(SELECT 'complete-' || g FROM generate_series(b, least(b + 9999, $total)) g),
+			ARRAY(SELECT jsonb_build_object('amount', g) FROM generate_series(b, least(b + 9999, $total)) g))" >/dev/null
+	t1=$(date +%s.%N)
+	sql "DO \$\$ BEGIN
+			FOR i IN 1 .. $batches LOOP
+				INSERT INTO complete_batches
+				SELECT i, array_agg(receipt) FROM inbox_poll('complete', 100, lease => '1 day');
+				IF i % 100 = 0 THEN COMMIT; END IF;
+			END LOOP;
+		 END \$\$" >/dev/null
+	t2=$(date +%s.%N)
+	[ "$(sql "SELECT count(*) FROM complete_batches WHERE cardinality(receipts) = 100")" = "$batches" ] ||
+		fail "complete: the polls did not hand out $batches batches of 100"
+	sql "VACUUM ANALYZE" >/dev/null
+	awk -v n="$total" -v b="$batches" -v f="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
+		-v p="$(awk -v a="$t1" -v b="$t2" 'BEGIN { print b - a }')" 'BEGIN {
+		printf "Fill: %d messages received in batches of 10,000 in %.1f s (%.0f/s); %d polls of 100 under a lease in %.1f s (%.0f messages/s).\n\n",
+			n, f, n / f, b, p, n / p }'
+
+	for ((r = 0; r < rounds; r++)); do
+		for ((i = 0; i < ${#cm_variants[@]}; i++)); do
+			v=${cm_variants[(i + r) % ${#cm_variants[@]}]}
+			sql "CHECKPOINT" >/dev/null
+			before=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = 'complete' AND state = 'd'")
+			case $v in
+				single) file=$work/complete_single.sql ;;
+				*) file=$here/complete_$v.sql ;;
+			esac
+			tps=$(pgbench_tps "complete variant $v" -t "$tx" -D scope=complete -f "$file") || exit 1
+			after=$(sql "SELECT count(*) FROM inbox.entries WHERE scope = 'complete' AND state = 'd'")
+			[ "$((after - before))" = "$((per_run * 100))" ] ||
+				fail "complete: variant $v completed $((after - before)) messages, not $((per_run * 100))"
+			res=$(awk -v t="$tps" 'BEGIN { printf "%.1f", t * 100 }')
+			cm_rate[$v]="${cm_rate[$v]:-} $res"
+		done
+	done
+	[ "$(sql "SELECT count(*) FROM inbox.entries WHERE scope = 'complete' AND state <> 'd'")" = 0 ] ||
+		fail "complete: messages of the polled batches were left not done"
+
+	echo "| variant | what one transaction does | completions/s median | min | max |"
+	echo "|---|---|---:|---:|---:|"
+	for v in "${cm_variants[@]}"; do
+		read -r med min max <<<"$(stats "${cm_rate[$v]}")"
+		cm_rate[$v]=$med
+		case $v in
+			single) what="100 inbox_complete statements by receipt from the client" ;;
+			loop) what="100 inbox_complete calls by receipt in a PL/pgSQL loop, one statement" ;;
+			many) what="inbox_complete_many of 100 receipts" ;;
+		esac
+		echo "| $v | $what | $med | $min | $max |"
+	done
+	echo
+	awk -v m="${cm_rate[many]}" -v s="${cm_rate[single]}" -v l="${cm_rate[loop]}" 'BEGIN {
+		printf "Ratio many/single %.2f (target >= 3.0): %s; many/loop %.2f (context: the calls without their round trips).\n\n",
+			m / s, (m / s >= 3.0) ? "met" : "NOT met", m / l }'
+}
+
 # BENCH_DEFERRED_PLANS_ONLY=1: only the plan and waiting measurements
 if [ "${BENCH_DEFERRED_PLANS_ONLY:-0}" = 1 ]; then
 	. "$here/plans.sh"
+	return 0
+fi
+# BENCH_DEFERRED_COMPLETE_ONLY=1: only the batch of completions
+if [ "${BENCH_DEFERRED_COMPLETE_ONLY:-0}" = 1 ]; then
+	complete_bench
 	return 0
 fi
 
@@ -196,5 +309,7 @@ if [ "$have_pgmq" = 1 ]; then
 		printf "Against pgmq (targets 1.0): one/pgmq_one %.2f, poll/pgmq_one %.2f, batch/pgmq_batch %.2f, receive/pgmq_send %.2f.\n\n",
 			o / po, p / po, b / pb, r / ps }'
 fi
+
+complete_bench
 
 . "$here/plans.sh"

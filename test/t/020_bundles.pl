@@ -7,8 +7,9 @@
 #
 #   consumer  claim, batch claim, status, result, in one transaction;
 #   receiver  every form of receive and receive_many, delayed ones too;
-#   worker    poll, complete by receipt, fail by receipt, extend by
-#             receipt, take, and the forms by message id;
+#   worker    poll, complete by receipt (one and a batch), fail by
+#             receipt, extend by receipt, take, and the forms by message
+#             id;
 #   streams   the offset claims;
 #   publisher every form of outbox send;
 #   relay     the targets, fetch (waiting too), ack and fail;
@@ -114,6 +115,8 @@ is($out, "t\nt\nt\nt\n2\n2", 'receiver: eight messages received');
 	'worker_role', q{
 	SELECT message_id, receipt FROM inbox_poll('shipping', 1, lease => '30 s', wait => '1 s') \gset
 	SELECT inbox_complete('shipping', :'receipt'::uuid, '{"done": true}');
+	SELECT array_agg(receipt) AS receipts FROM inbox_poll('shipping', 2, lease => '30 s') \gset
+	SELECT string_agg(status, ',') FROM inbox_complete_many('shipping', :'receipts'::uuid[]);
 	SELECT message_id, receipt FROM inbox_poll('shipping', 1, lease => '30 s') \gset
 	SELECT inbox_extend('shipping', :'receipt'::uuid, '60 s') > now();
 	SELECT inbox_fail('shipping', :'receipt'::uuid, 'out of stock', retry_after => '0 s');
@@ -127,9 +130,9 @@ is($out, "t\nt\nt\nt\n2\n2", 'receiver: eight messages received');
 	SELECT inbox_fail('shipping', :'taken', 'retry later', '1 hour');
 	COMMIT;
 });
-ok($ok, 'worker: poll, complete, extend and fail by receipt, and take, complete, extend and fail by id, as the worker role')
+ok($ok, 'worker: poll, complete, complete_many, extend and fail by receipt, and take, complete, extend and fail by id, as the worker role')
   or diag($err);
-is($out, "\nt\npending\nt\n\npending", 'worker: each step gives what it gives the owner')
+is($out, "\ncompleted,completed\nt\npending\nt\n\npending", 'worker: each step gives what it gives the owner')
   or diag($out);
 
 ($ok, $out, $err) = as_role(

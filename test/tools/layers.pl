@@ -29,6 +29,8 @@ my @layers = (
 	[
 		features =>
 		  [ claim_many => qw(claim_many.c) ],
+		[ complete_many => qw(complete_many.c) ],
+		[ complete => qw(complete.c complete.h) ],
 		[ claim => qw(claim.c claim.h claim_internal.h) ],
 		[ deferred => qw(deferred.c deferred.h) ],
 		[ offsets => qw(offsets.c) ],
