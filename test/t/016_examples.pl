@@ -1,7 +1,9 @@
 # test/t/016_examples.pl
 #
-# The Python and Node.js consumer examples (examples/python, examples/node)
-# against a real RabbitMQ and a real server, with crashes.
+# The consumer examples (examples/*) against a real RabbitMQ and a real
+# server: first each README's steps, in their written order, as the roles
+# it names (see "each example's README" below for what runs how); then the
+# Python and Node.js consumers with crashes, as the READMEs' roles.
 #
 # Six streams, one queue and one scope each: python-claim, python-batch,
 # python-deferred, node-claim, node-batch, node-deferred.  Each runs its
@@ -296,6 +298,22 @@ sub run_readme
 
 run_readme($_) for qw(python node java go);
 
+# The consumers connect as the roles the Python and Node.js READMEs give
+# them, with the same bundles and table grants (their scopes here are
+# open: no scope grants)
+$node->sql(q{
+CREATE ROLE invoice_consumer LOGIN;
+SELECT inbox_grant_bundle('invoice_consumer', 'consumer');
+GRANT INSERT ON invoices TO invoice_consumer;
+CREATE ROLE invoice_receiver LOGIN;
+SELECT inbox_grant_bundle('invoice_receiver', 'receiver'), inbox_grant_bundle('invoice_receiver', 'consumer');
+CREATE ROLE invoice_worker LOGIN;
+SELECT inbox_grant_bundle('invoice_worker', 'worker'), inbox_grant_bundle('invoice_worker', 'consumer');
+GRANT INSERT ON invoices TO invoice_worker;
+});
+my %role_of = (claim => 'invoice_consumer', batch => 'invoice_consumer',
+	receiver => 'invoice_receiver', worker => 'invoice_worker');
+
 # --- the streams -----------------------------------------------------------------------
 
 my $ids = 120;       # invoices per stream
@@ -377,6 +395,7 @@ for my $lang (qw(python node))
 					cmd => [ @{ $run{$lang} }, "$examples/$script{$lang}{$role}" ],
 					env => {
 						%env,
+						PGUSER => $role_of{$role},
 						$role eq 'worker'
 						? (BATCH_SIZE => 5, LEASE => 3, WAIT => 2, RETRY_AFTER => 0.1)
 						: ()
