@@ -31,13 +31,19 @@
 # failed"; it exits non-zero if a check failed.  Every process it started,
 # and the cluster, are stopped however it ends.
 #
+# The setup is each language's README's: the script runs its SQL blocks
+# marked "as=superuser", and each mode connects as the role the README
+# gives it, with the bundles, table grants and scope grants it grants.
+#
 # Run it as a non-root user (initdb refuses root) with PostgreSQL's bindir
-# on PATH and the extension installed; examples/run-jvm-go.sh ("make
-# examples") does all that.
+# on PATH and the extension installed there, beside the java/ and go/
+# directories it runs; examples/run-jvm-go.sh ("make examples") does all
+# that.
 use strict;
 use warnings;
 use DBI;
 use File::Temp ();
+use FindBin;
 use Getopt::Long;
 use IO::Socket::INET;
 use List::Util qw(shuffle);
@@ -133,68 +139,88 @@ sub dbh
 		{ AutoCommit => 1, RaiseError => 1, PrintError => 0 });
 }
 
+# The setup of each language's README, as it is written there: its first
+# "sql as=superuser db=app" block in the application database (the
+# extension, the business table, a role per mode with its bundles, table
+# grants and scope grants) and its first "db=broker" one in the broker's.
+# The roles belong to the cluster: the second language's CREATE ROLE finds
+# them there already.
+sub readme_setup
+{
+	my ($lang) = @_;
+	my $readme = "$FindBin::Bin/$lang/README.md";
+	open(my $fh, '<', $readme) or die "crash-test: $readme: $!\n";
+	my (%sql, $db, $text);
+	while (my $line = <$fh>)
+	{
+		if (!defined $db && $line =~ /^```sql\s+as=superuser\s+db=(\w+)\s*$/)
+		{
+			($db, $text) = ($1, '');
+		}
+		elsif (defined $db && $line =~ /^```\s*$/)
+		{
+			$sql{$db} //= $text;
+			undef $db;
+		}
+		elsif (defined $db)
+		{
+			$text .= $line;
+		}
+	}
+	die "crash-test: $readme has no \"sql as=superuser db=app\" and \"db=broker\" blocks\n"
+	  unless defined $sql{app} && defined $sql{broker};
+	return \%sql;
+}
+
+sub run_sql
+{
+	my ($dbh, $sql) = @_;
+	for my $statement (grep { /\S/ } split /;\s*\n/, $sql)
+	{
+		next if eval { $dbh->do($statement); 1 };
+		die $@ unless $dbh->state eq '42710' && $statement =~ /^\s*CREATE ROLE/i;
+	}
+}
+
+# The role each mode connects as, as the READMEs name them
+my %ROLE = (claim => 'invoice_claimer', batch => 'invoice_claimer',
+	receive => 'invoice_receiver', work => 'invoice_worker');
+
 my $admin = dbh('postgres');
-$admin->do('CREATE ROLE consumer LOGIN');
 for my $lang (@langs)
 {
 	$admin->do("CREATE DATABASE app_$lang");
 	$admin->do("CREATE DATABASE broker_$lang");
+	my $setup = readme_setup($lang);
 
-	# The application database: the inbox and the business table.  invoices
-	# has no unique key on message_id on purpose: a double effect must show
-	# as a second row, not be hidden by a constraint.
+	# The application database.  invoices has no unique key on message_id
+	# on purpose: a double effect must show as a second row, not be hidden
+	# by a constraint.
 	my $app = dbh("app_$lang");
-	$app->do($_) for split /;\n/, <<'EOF';
-CREATE EXTENSION inbox;
-CREATE TABLE invoices (
-	id bigserial PRIMARY KEY,
-	scope text NOT NULL,
-	message_id text NOT NULL,
-	amount numeric NOT NULL,
-	consumer text NOT NULL
-);
-GRANT INSERT ON invoices TO consumer;
-GRANT USAGE ON SEQUENCE invoices_id_seq TO consumer;
-GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_status(text, text),
-	inbox_claim_many(text, text[], bytea[], text), inbox_receive(text, text, jsonb, bytea),
-	inbox_poll(text, integer, interval, interval), inbox_complete(text, uuid, jsonb),
-	inbox_fail(text, uuid, text, interval) TO consumer;
-SELECT inbox_grant_bundle('consumer', 'publisher');
--- Killed workers use up attempts; here a message must never die of that.
-SELECT inbox_set_max_attempts('deferred', 1000)
-EOF
+	run_sql($app, $setup->{app});
+	# Killed workers use up attempts; here a message must never die of that.
+	$app->do(q{SELECT inbox_set_max_attempts('deferred', 1000)});
 	$app->disconnect;
 
 	my $broker = dbh("broker_$lang");
-	$broker->do($_) for split /;\n/, <<'EOF';
-CREATE TABLE queue (
-	seq bigserial PRIMARY KEY,
-	topic text NOT NULL,
-	message_id text NOT NULL,
-	payload text NOT NULL,
-	visible_at timestamptz NOT NULL DEFAULT now(),
-	deliveries integer NOT NULL DEFAULT 0,
-	state text NOT NULL DEFAULT 'ready' CHECK (state IN ('ready', 'acked', 'dead')),
-	dead_reason text
-);
-CREATE INDEX ON queue (topic, seq) WHERE state = 'ready';
-GRANT SELECT, UPDATE ON queue TO consumer
-EOF
+	run_sql($broker, $setup->{broker});
+	$broker->do(q{CREATE INDEX ON queue (topic, seq) WHERE state = 'ready'});
 	$broker->disconnect;
 }
 
 # --- consumers -------------------------------------------------------------
 
-# The URLs of a consumer whose OS pid is $pid: its sessions' application_name
+# The URLs of a consumer of $mode whose OS pid is $pid, as its mode's role: its sessions' application_name
 # ends with that pid, so that the chaos can find the consumers whose
 # session is inside a transaction right now.
 sub urls
 {
-	my ($lang, $pid) = @_;
+	my ($lang, $mode, $pid) = @_;
+	my $role = $ROLE{$mode};
 	my $u =
 	  $lang eq 'java'
-	  ? "jdbc:postgresql://127.0.0.1:$port/%s_java?user=consumer&ApplicationName=inbox-example-%s-$pid"
-	  : "postgres://consumer\@127.0.0.1:$port/%s_go?sslmode=disable&application_name=inbox-example-%s-$pid";
+	  ? "jdbc:postgresql://127.0.0.1:$port/%s_java?user=$role&ApplicationName=inbox-example-%s-$pid"
+	  : "postgres://$role\@127.0.0.1:$port/%s_go?sslmode=disable&application_name=inbox-example-%s-$pid";
 	return (sprintf($u, 'app', $lang), sprintf($u, 'broker', 'broker'));
 }
 
@@ -214,7 +240,7 @@ sub start_consumer
 	my $pid = fork() // die "crash-test: fork: $!\n";
 	if ($pid == 0)
 	{
-		my ($app, $broker) = urls($lang, $$);    # exec keeps the pid
+		my ($app, $broker) = urls($lang, $mode, $$);    # exec keeps the pid
 		open(STDOUT, '>>', $log) or POSIX::_exit(1);
 		open(STDERR, '>&', \*STDOUT) or POSIX::_exit(1);
 		$ENV{INBOX_APP_URL} = $app;

@@ -6,10 +6,11 @@
 # As root on a fresh Debian 12 machine it first installs what is missing:
 # the packages of test/tools/ensure-deps.sh, then the JDK, PostgreSQL's JDBC
 # driver, Go and pgx from Debian (not needed by "make test", hence here).
-# It builds and installs the extension, then builds and runs everything as
-# the unprivileged "postgres" OS user (initdb refuses root) in a temporary
-# directory.  Run as another user, it needs those packages and the
-# extension installed already.
+# It builds the extension and installs it into a private copy of the
+# server's tree in a temporary directory (test/tools/tmp_install.sh), never
+# into the system's PostgreSQL, then builds and runs everything there as the
+# unprivileged "postgres" OS user (initdb refuses root).  Run as another
+# user, it needs those packages installed already.
 #
 #   EXAMPLES="java go"   the languages to run (default both)
 #   EXAMPLES_SECONDS=20  how long consumers are killed, per language
@@ -50,28 +51,22 @@ if [ -n "$missing" ]; then
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-# Build the extension, and install it unless the installed one is the same
-# (reinstalling under a running server can make it fail to load the library).
-make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null
-lib=$("$PG_CONFIG" --pkglibdir)
-share=$("$PG_CONFIG" --sharedir)/extension
-current=yes
-cmp -s "$top/inbox.so" "$lib/inbox.so" || current=no
-cmp -s "$top/inbox.control" "$share/inbox.control" || current=no
-for f in "$top"/sql/inbox--*.sql; do
-	cmp -s "$f" "$share/$(basename "$f")" || current=no
-done
-if [ "$current" = no ]; then
-	if [ "$(id -u)" -eq 0 ] || [ -w "$lib" ]; then
-		make -C "$top" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
-	elif ! [ -f "$share/inbox.control" ]; then
-		fail "cannot install into $lib; run as root"
-	fi
-fi
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/inbox-examples.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cp -r "$top/examples/java" "$top/examples/go" "$top/examples/crash-test.pl" "$work/"
+
+# The extension goes into a private copy of the server's tree, never into
+# the system's PostgreSQL; the crash test runs that copy's binaries.  The
+# system's files are fingerprinted before and compared after, as run.sh
+# does for make test.
+system_dirs="$("$PG_CONFIG" --bindir) $("$PG_CONFIG" --pkglibdir) $("$PG_CONFIG" --sharedir)/extension"
+# shellcheck disable=SC2086
+fingerprint() { find $system_dirs -printf '%p %s %T@ %m\n' 2>/dev/null | sort | md5sum; }
+system_before=$(fingerprint)
+make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null || fail "the extension does not build"
+PG_CONFIG=$(bash "$top/test/tools/tmp_install.sh" "$work/tmp_install" "$top") ||
+	fail "the extension does not build or install"
+export PG_CONFIG
 if [ "$(id -u)" -eq 0 ]; then
 	chown -R postgres "$work"
 	# setpriv execs in place (runuser forks, and puts the command out of
@@ -114,4 +109,10 @@ wait "$child" || status=$?
 while kill -0 "$child" 2>/dev/null; do
 	wait "$child" || status=$?
 done
+if [ "$(fingerprint)" = "$system_before" ]; then
+	echo "run-jvm-go: the system's PostgreSQL is unchanged ($system_dirs)"
+else
+	echo "run-jvm-go: the system's PostgreSQL changed during the run ($system_dirs)" >&2
+	status=1
+fi
 exit "$status"

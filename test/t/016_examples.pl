@@ -1,7 +1,9 @@
 # test/t/016_examples.pl
 #
-# The Python and Node.js consumer examples (examples/python, examples/node)
-# against a real RabbitMQ and a real server, with crashes.
+# The consumer examples (examples/*) against a real RabbitMQ and a real
+# server: first each README's steps, in their written order, as the roles
+# it names (see "each example's README" below for what runs how); then the
+# Python and Node.js consumers with crashes, as the READMEs' roles.
 #
 # Six streams, one queue and one scope each: python-claim, python-batch,
 # python-deferred, node-claim, node-batch, node-deferred.  Each runs its
@@ -90,6 +92,7 @@ mkdir $logdir or die "mkdir $logdir: $!";
 my %slots;           # consumer slots, by name
 my $broker_pgid;     # RabbitMQ and its epmd, one process group
 my @holds;           # psql sessions of the test that hold claims
+my @readme_groups;   # process groups of the READMEs' shell steps
 
 END
 {
@@ -106,6 +109,7 @@ END
 		waitpid($broker_pgid, 0);
 	}
 	$_->{run}->kill_kill for grep { $_->{run} && $_->{run}->pumpable } @holds;
+	kill 'KILL', -$_ for @readme_groups;
 }
 
 # --- the database ------------------------------------------------------------------
@@ -144,6 +148,171 @@ ok($broker_up, 'RabbitMQ listens on loopback')
 	ok($ok, 'npm ci installs pg and amqplib from examples/node/package-lock.json')
 	  or BAIL_OUT("npm ci failed: $@\n$out\n$err");
 }
+
+# --- each example's README, step by step, as its roles ---------------------------------
+#
+# Every fenced block of examples/*/README.md that runs is run, in the order
+# written, each README in a database of its own, on this cluster and broker:
+#
+#   sql as=ROLE [db=NAME]  psql as ROLE (as=superuser: the test's superuser,
+#                          for setup and checks), in the README's database,
+#                          or in its database NAME (Java and Go: app, broker);
+#                          it must succeed.  An "output" block right after
+#                          gives what it must print (aligned, no footer):
+#                          it runs again until it does, since consumers work
+#                          in the background meanwhile (at most 120 s).
+#   sh                     bash -e from a directory that has examples/, with
+#                          PGHOST, PGPORT, PGDATABASE and AMQP_URL of this
+#                          test and PGUSER a role that does not exist: a
+#                          program that does not say as which role it runs
+#                          cannot connect.  Commands ending in "&" run on
+#                          until the README's last block; then SIGTERM (and
+#                          SIGKILL 30 s later).  Only the Python and Node.js
+#                          READMEs' sh blocks run: Java and Go need a JDK and
+#                          Go, which make examples installs and tests.
+#   sh install, sh env     not run (the packages; the test sets the variables)
+#
+# The broker's address in the READMEs, 127.0.0.1:5672, is this test's.
+# Any other sql block fails the test: each one must say as whom it runs.
+# The roles a README creates are dropped after it, with its databases.
+
+my $no_role = 'readme_step_without_pguser';
+
+sub readme_psql
+{
+	my ($dir, $db, $role, $sql) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(
+		[
+			'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-P', 'footer=off',
+			'-h', $node->host, '-p', $node->port, '-d', $db,
+			$role eq 'superuser' ? () : ('-U', $role), '-f', '-'
+		],
+		'<', \$sql, '>', \$out, '2>', \$err,
+		init => sub { chdir $dir or die "chdir $dir: $!" });
+	s/[ \t]+$//mg, s/\A\s*\n|\s+\z//g for $out;
+	return ($ok, $out, $err);
+}
+
+sub run_readme
+{
+	my ($lang) = @_;
+	my $readme = "examples/$lang/README.md";
+	my ($blocks) = InboxTest::markdown_code_blocks(slurp_file("$top/$readme"));
+	my $dir = PostgreSQL::Test::Utils::tempdir("readme-$lang");
+	symlink($examples, "$dir/examples") or die "symlink: $!";
+	my $base = "readme_$lang";
+	my %dbs;    # NAME => database
+	my $roles_before = $node->sql('SELECT string_agg(rolname, \',\') FROM pg_roles');
+	my @groups;    # process groups of the sh blocks, each with its background commands
+	my $log = "$logdir/readme-$lang.log";
+	my $steps = 0;
+
+	my $database = sub {
+		my ($name) = @_;
+		my $db = defined $name ? "${base}_$name" : $base;
+		$node->sql(qq{CREATE DATABASE "$db"}) unless $dbs{$db}++;
+		return $db;
+	};
+
+	for my $i (0 .. $#$blocks)
+	{
+		my $block = $blocks->[$i];
+		my ($kind, @words) = split ' ', $block->{info};
+		my %attr = map { /^(\w+)=(\S+)$/ ? ($1, $2) : ($_, 1) } @words;
+		my $where = "$readme:$block->{line}";
+		(my $text = $block->{text}) =~ s/127\.0\.0\.1:5672\b/127.0.0.1:$amqp_port/g;
+		$kind //= '';
+		if ($kind eq 'sql')
+		{
+			if (!defined $attr{as})
+			{
+				fail("$where: an sql block says as which role it runs (as=ROLE)");
+				next;
+			}
+			my $db = $database->($attr{db});
+			my $next = $blocks->[ $i + 1 ];
+			$steps++;
+			if ($next && ($next->{info} // '') eq 'output' && $next->{adjacent})
+			{
+				(my $want = $next->{text}) =~ s/[ \t]+$//mg;
+				$want =~ s/\A\s*\n|\s+\z//g;
+				my ($ok, $out, $err);
+				my $deadline = time + 120;
+				do
+				{
+					sleep 0.5 if defined $ok;
+					($ok, $out, $err) = readme_psql($dir, $db, $attr{as}, $text);
+				} while (!($ok && $out eq $want) && time < $deadline);
+				is($out, $want, "$where: as $attr{as}, it prints what the README shows")
+				  or diag("$err\n--- what the programs logged ---\n" . (-f $log ? slurp_file($log) : ''));
+			}
+			else
+			{
+				my ($ok, $out, $err) = readme_psql($dir, $db, $attr{as}, $text);
+				ok($ok, "$where: as $attr{as}, it runs") or diag($err);
+			}
+		}
+		elsif ($kind eq 'sh' && !$attr{install} && !$attr{env} && $lang =~ /^(python|node)$/)
+		{
+			$steps++;
+			my $db = $database->(undef);
+			my $pid = fork() // die "fork: $!";
+			if ($pid == 0)
+			{
+				POSIX::setpgid(0, 0);
+				chdir $dir or POSIX::_exit(126);
+				@ENV{qw(PGHOST PGPORT PGDATABASE PGUSER AMQP_URL HOME npm_config_cache npm_config_update_notifier)} =
+				  ($node->host, $node->port, $db, $no_role, $amqp_url, $tmp, "$tmp/npm-cache", 'false');
+				delete $ENV{PGOPTIONS};
+				open(STDIN, '<', '/dev/null');
+				open(STDOUT, '>>', $log);
+				open(STDERR, '>&', \*STDOUT);
+				print "--- $where\n";
+				{ exec('bash', '-e', '-c', $text) };
+				POSIX::_exit(127);
+			}
+			push @groups, $pid;
+			push @readme_groups, $pid;
+			my $deadline = time + 300;
+			my $done = 0;
+			while (!($done = waitpid($pid, WNOHANG) > 0) && time < $deadline) { sleep 0.1; }
+			ok($done && $? == 0, "$where: the shell steps run")
+			  or diag(slurp_file($log));
+		}
+	}
+	cmp_ok($steps, '>', 0, "$readme: has steps to run");
+
+	# The background commands, and with them the bash that started them
+	kill 'TERM', -$_ for @groups;
+	my $deadline = time + 30;
+	sleep 0.25 while time < $deadline && grep { kill 0, -$_ } @groups;
+	kill 'KILL', -$_ for grep { kill 0, -$_ } @groups;
+	$node->sql(qq{DROP DATABASE "$_" WITH (FORCE)}) for keys %dbs;
+	my %before = map { $_ => 1 } split /,/, $roles_before;
+	for my $role (grep { !$before{$_} } split /,/, $node->sql('SELECT string_agg(rolname, \',\') FROM pg_roles'))
+	{
+		$node->sql(qq{DROP ROLE "$role"});
+	}
+}
+
+run_readme($_) for qw(python node java go);
+
+# The consumers connect as the roles the Python and Node.js READMEs give
+# them, with the same bundles and table grants (their scopes here are
+# open: no scope grants)
+$node->sql(q{
+CREATE ROLE invoice_consumer LOGIN;
+SELECT inbox_grant_bundle('invoice_consumer', 'consumer');
+GRANT INSERT ON invoices TO invoice_consumer;
+CREATE ROLE invoice_receiver LOGIN;
+SELECT inbox_grant_bundle('invoice_receiver', 'receiver'), inbox_grant_bundle('invoice_receiver', 'consumer');
+CREATE ROLE invoice_worker LOGIN;
+SELECT inbox_grant_bundle('invoice_worker', 'worker'), inbox_grant_bundle('invoice_worker', 'consumer');
+GRANT INSERT ON invoices TO invoice_worker;
+});
+my %role_of = (claim => 'invoice_consumer', batch => 'invoice_consumer',
+	receiver => 'invoice_receiver', worker => 'invoice_worker');
 
 # --- the streams -----------------------------------------------------------------------
 
@@ -226,6 +395,7 @@ for my $lang (qw(python node))
 					cmd => [ @{ $run{$lang} }, "$examples/$script{$lang}{$role}" ],
 					env => {
 						%env,
+						PGUSER => $role_of{$role},
 						$role eq 'worker'
 						? (BATCH_SIZE => 5, LEASE => 3, WAIT => 2, RETRY_AFTER => 0.1)
 						: ()
