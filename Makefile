@@ -39,6 +39,7 @@ OBJS = \
 	src/events.o \
 	src/conflicts.o \
 	src/direct.o \
+	src/locate.o \
 	src/direct_layout.o \
 	src/session.o \
 	src/front.o \

@@ -120,7 +120,7 @@ SELECT regress.try($$SELECT * FROM inbox_depth('')$$);
 SELECT regress.try($$SELECT * FROM inbox_depth(repeat('s', 257))$$);
 
 -- Grants: the worker bundle holds it; a scope's grants apply
-SELECT bundle FROM inbox_bundles WHERE object = 'inbox_depth(text)';
+SELECT bundle FROM inbox_bundles WHERE object = 'inbox_depth(text)' ORDER BY 1;
 CREATE ROLE inbox_regress_depth_worker;
 CREATE ROLE inbox_regress_depth_other;
 CREATE ROLE inbox_regress_depth_none;

@@ -317,6 +317,32 @@ AS 'MODULE_PATHNAME', 'inbox_check_duration_sql'
 LANGUAGE C STABLE STRICT
 SET search_path = pg_catalog, pg_temp;
 
+/*
+ * Rows found through the index that holds their whole key, with the index
+ * AM (src/locate.c): a statement that must touch one row is given its tid
+ * and its leaf's bucket, so that whatever the statistics say of a scope,
+ * no index that begins with the scope alone can be chosen to read it.
+ */
+CREATE FUNCTION inbox.entry_tid(p_scope text, p_id text)
+RETURNS tid
+AS 'MODULE_PATHNAME', 'inbox_entry_tid_sql'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+CREATE FUNCTION inbox.entry_of_receipt(p_scope text, p_receipt uuid,
+									   OUT message_id text, OUT tid tid)
+RETURNS record
+AS 'MODULE_PATHNAME', 'inbox_entry_of_receipt_sql'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+CREATE FUNCTION inbox.member_tid(p_scope text, p_id text)
+RETURNS tid
+AS 'MODULE_PATHNAME', 'inbox_member_tid_sql'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION inbox.entry_tid(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.entry_of_receipt(text, uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.member_tid(text, text) FROM PUBLIC;
+
 CREATE OR REPLACE FUNCTION inbox.fail_message(p_scope text, p_id text, p_receipt uuid,
 								   p_error text, p_retry_after interval)
 RETURNS text
@@ -334,6 +360,7 @@ DECLARE
 	retry_span interval;
 	me bigint := CASE WHEN p_receipt IS NULL THEN inbox.session_key() END;
 	failed_id text;
+	held record;
 BEGIN
 	-- No months, and days of 24 hours: the delay is as long as it was
 	-- checked to be (src/keys.c)
@@ -367,12 +394,17 @@ BEGIN
 			PERFORM inbox.refuse(p_scope, p_id, 'failed', 'r');
 		END IF;
 	ELSE
+		-- The row the receipt holds, by the leaf's index of receipts
+		-- (inbox.entry_of_receipt): its bucket and tid
+		held := inbox.entry_of_receipt(p_scope, p_receipt);
 		UPDATE inbox.entries AS e
 		   SET state = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN 'x' ELSE 'p' END::"char",
 			   due = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN NULL ELSE retry_at END,
 			   finished_at = CASE WHEN coalesce(e.attempts, 0) >= allowed THEN finished END,
 			   owner_session = NULL, lease_until = NULL, receipt = NULL, last_error = p_error
-		 WHERE e.receipt = p_receipt
+		 WHERE e.bucket OPERATOR(pg_catalog.=) inbox.bucket(p_scope, held.message_id)
+		   AND e.ctid OPERATOR(pg_catalog.=) held.tid
+		   AND e.receipt = p_receipt
 		   AND e.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
 		   AND e.state = 'r'
 		RETURNING e.state, e.message_id INTO new_state, failed_id;
@@ -2753,15 +2785,21 @@ LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+	dead tid;
+	member tid;
 BEGIN
 	PERFORM inbox.check_key(inbox_requeue.scope, inbox_requeue.message_id, true);
 	PERFORM inbox.wake_takers(inbox_requeue.scope);
+	-- By its tid (inbox.entry_tid), read through the leaf's primary key
+	dead := inbox.entry_tid(inbox_requeue.scope, inbox_requeue.message_id);
 	UPDATE inbox.entries AS e
 	   SET state = 'p', attempts = 0, due = now(), finished_at = NULL,
 		   owner_session = NULL, lease_until = NULL, receipt = NULL
-	 WHERE e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	 WHERE e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
+	   AND e.ctid OPERATOR(pg_catalog.=) dead
+	   AND e.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
 	   AND e.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
-	   AND e.bucket OPERATOR(pg_catalog.=) inbox.bucket(inbox_requeue.scope, inbox_requeue.message_id)
 	   AND e.state = 'x';
 	IF NOT FOUND THEN
 		PERFORM inbox.refuse(inbox_requeue.scope, inbox_requeue.message_id, 'requeued', 'x');
@@ -2769,8 +2807,10 @@ BEGIN
 	PERFORM inbox.depth_moved(inbox_requeue.scope, 'x', 'p', false);
 	-- A dead letter its group skipped is taken on its own; one that holds
 	-- its group is its head again
+	member := inbox.member_tid(inbox_requeue.scope, inbox_requeue.message_id);
 	DELETE FROM inbox.group_members AS m
-	 WHERE m.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
+	 WHERE m.ctid OPERATOR(pg_catalog.=) member
+	   AND m.scope OPERATOR(pg_catalog.=) inbox_requeue.scope COLLATE "C"
 	   AND m.message_id OPERATOR(pg_catalog.=) inbox_requeue.message_id COLLATE "C"
 	   AND m.skipped;
 END

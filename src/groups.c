@@ -51,6 +51,7 @@
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
+#include "locate.h"
 #include "spi.h"
 
 PG_FUNCTION_INFO_V1(inbox_group_leave_sql);
@@ -199,31 +200,6 @@ group_tail(Relation members, Relation order, Snapshot snapshot, text *scope, tex
 	return found;
 }
 
-/* The tid of the entry (scope, message_id) on its leaf, in snapshot */
-static void
-entry_tid(Relation leaf, Relation pkey, Snapshot snapshot, text *scope, text *message_id,
-		  ItemPointer tid)
-{
-	ScanKeyData keys[3];
-	IndexScanDesc scan;
-	TupleTableSlot *slot = table_slot_create(leaf, NULL);
-
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
-	ScanKeyEntryInitialize(&keys[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
-						   InvalidOid, F_INT2EQ,
-						   Int16GetDatum((int16) inbox_bucket(scope, message_id)));
-	scan = inbox_index_beginscan(leaf, pkey, snapshot, 3);
-	index_rescan(scan, keys, 3, NULL, 0);
-	if (!index_getnext_slot(scan, ForwardScanDirection, slot))
-		elog(ERROR, "a grouped message's entry is missing on its leaf");
-	*tid = slot->tts_tid;
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-}
-
 /*
  * Put n messages just received into their groups: ids[i] with keys[i], in
  * receive order, every key set; not_before is the receive's, or 0 for
@@ -246,8 +222,6 @@ inbox_group_enqueue(text *scope, int n, text **ids, text **keys, Datum not_befor
 	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
 	Relation	members;
 	Relation	members_order;
-	Relation	leaf;
-	Relation	pkey;
 	Snapshot	snapshot;
 	int			i;
 	int			r;
@@ -282,8 +256,6 @@ inbox_group_enqueue(text *scope, int n, text **ids, text **keys, Datum not_befor
 	snapshot = GetActiveSnapshot();
 	members = table_open(inbox_relid("group_members"), AccessShareLock);
 	members_order = index_open(inbox_relid("group_members_order"), AccessShareLock);
-	leaf = table_open(inbox_relid(psprintf("entries_p%d", leafno)), AccessShareLock);
-	pkey = index_open(inbox_primary_key(leaf), AccessShareLock);
 	for (r = 0; r < nruns; r++)
 	{
 		int			first = order[runs[r]];
@@ -293,14 +265,13 @@ inbox_group_enqueue(text *scope, int n, text **ids, text **keys, Datum not_befor
 		{
 			ItemPointer tid = palloc(sizeof(ItemPointerData));
 
-			entry_tid(leaf, pkey, snapshot, scope, ids[first], tid);
+			if (!inbox_entry_tid(scope, ids[first], tid))
+				elog(ERROR, "a grouped message's entry is missing on its leaf");
 			heads[nheads++] = PointerGetDatum(tid);
 		}
 		for (i = runs[r]; i < runs[r + 1]; i++)
 			positions[order[i]] = Int64GetDatum(last + 1 + (i - runs[r]));
 	}
-	index_close(pkey, AccessShareLock);
-	table_close(leaf, AccessShareLock);
 	index_close(members_order, AccessShareLock);
 	table_close(members, AccessShareLock);
 	PopActiveSnapshot();

@@ -47,6 +47,7 @@ my @layers = (
 		  [ events => qw(events.c events.h) ],
 		[ conflicts => qw(conflicts.c conflicts.h) ],
 		[ direct => qw(direct.c direct.h) ],
+		[ locate => qw(locate.c locate.h) ],
 		[ direct_layout => qw(direct_layout.c direct_layout.h) ],
 		[ session => qw(session.c session.h) ],
 		[ front => qw(front.c front.h) ],
