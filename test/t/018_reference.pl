@@ -184,11 +184,13 @@ sub field
 	return @found;
 }
 
-# A Grant line's value: a bundle name, or '' for owner only
+# A Grant line's value: a bundle name, bundle names in byte order joined
+# by ", " (bundles `a`, `b`), or '' for owner only
 sub grant_value
 {
 	my ($text) = @_;
 	return $1 if $text =~ /^bundle `(\w+)`\s*$/;
+	return join(', ', sort $text =~ /`(\w+)`/g) if $text =~ /^bundles `\w+`(?:, `\w+`)+\s*$/;
 	return '' if $text =~ /^owner only\b/;
 	return undef;
 }
