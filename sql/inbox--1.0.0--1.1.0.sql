@@ -3167,7 +3167,7 @@ CREATE OR REPLACE VIEW @extschema@.inbox_stats WITH (security_barrier) AS
 COMMENT ON VIEW @extschema@.inbox_stats IS
 'per-scope claims, duplicates, mismatches, content duplicates, blocked ordered groups, purge progress and retention clock';
 
--- ===============================================================
+-- ======================================================================
 -- Depth: inbox_depth, from shared-memory counters (src/depth.c)
 -- ======================================================================
 
@@ -3218,7 +3218,7 @@ REVOKE ALL ON FUNCTION @extschema@.inbox_depth(text) FROM PUBLIC;
 
 SELECT inbox.bundle_add('worker', 'function', '@extschema@.inbox_depth(text)');
 SELECT inbox.bundle_add('consumer', 'function', '@extschema@.inbox_depth(text)');
-=======
+
 /* ------------------------------------------------------------------------
  * A batch of completions by receipt
  */

@@ -398,8 +398,9 @@ for my $f (@fn)
 {
 	my ($g) = field('Grant', section_lines($f->{h}));
 	my $v = defined $g ? grant_value($g) : undef;
-	push @unknown_bundle, "$f->{name}($f->{args}): bundle `$v` is not in the table of bundles"
-	  if defined $v && $v ne '' && !$doc_bundles{$v};
+	next unless defined $v && $v ne '';
+	push @unknown_bundle, "$f->{name}($f->{args}): bundle `$_` is not in the table of bundles"
+	  for grep { !$doc_bundles{$_} } split /, /, $v;
 }
 none_ok(\@unknown_bundle, 'every bundle a Grant line names is in the table of bundles');
 
