@@ -19,7 +19,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
 
 MODULE_big = inbox
 OBJS = \
-	src/inbox.o \
+	src/init.o \
 	src/access.o \
 	src/worker.o \
 	src/compat_0_4.o \

@@ -19,7 +19,7 @@ my $max_lines = 1000;
 
 # Top to bottom; each module with the files it owns.
 my @layers = (
-	[ init => [ inbox => qw(inbox.c) ] ],
+	[ init => [ init => qw(init.c) ] ],
 	[
 		'entry points and processes' =>
 		  [ access => qw(access.c) ],
