@@ -31,6 +31,7 @@ OBJS = \
 	src/offsets.o \
 	src/forget.o \
 	src/purge.o \
+	src/purge_steps.o \
 	src/outbox.o \
 	src/guard.o \
 	src/window.o \
