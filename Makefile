@@ -40,6 +40,7 @@ OBJS = \
 	src/events.o \
 	src/conflicts.o \
 	src/direct.o \
+	src/direct_complete.o \
 	src/locate.o \
 	src/direct_layout.o \
 	src/session.o \
