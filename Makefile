@@ -24,6 +24,7 @@ OBJS = \
 	src/worker.o \
 	src/compat_0_4.o \
 	src/claim_many.o \
+	src/claim_many_args.o \
 	src/complete_many.o \
 	src/complete.o \
 	src/claim.o \

@@ -28,7 +28,7 @@ my @layers = (
 	],
 	[
 		features =>
-		  [ claim_many => qw(claim_many.c) ],
+		  [ claim_many => qw(claim_many.c claim_many_args.c claim_many.h) ],
 		[ complete_many => qw(complete_many.c) ],
 		[ complete => qw(complete.c complete.h) ],
 		[ claim => qw(claim.c claim.h claim_internal.h) ],
