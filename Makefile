@@ -49,6 +49,7 @@ OBJS = \
 	src/wakeup.o \
 	src/stats.o \
 	src/depth.o \
+	src/depth_count.o \
 	src/distributed.o \
 	src/spi.o \
 	src/keys.o \

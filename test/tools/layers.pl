@@ -53,7 +53,7 @@ my @layers = (
 		[ front => qw(front.c front.h) ],
 		[ wakeup => qw(wakeup.c wakeup.h) ],
 		[ stats => qw(stats.c stats.h) ],
-		[ depth => qw(depth.c depth.h) ],
+		[ depth => qw(depth.c depth_count.c depth.h depth_internal.h) ],
 	],
 	[
 		base =>
