@@ -29,6 +29,7 @@ OBJS = \
 	src/complete.o \
 	src/claim.o \
 	src/deferred.o \
+	src/deferred_settle.o \
 	src/offsets.o \
 	src/forget.o \
 	src/purge.o \
