@@ -334,9 +334,9 @@ inbox_purge_observe(MemoryContext cxt)
 		return observe_changed(values, retention_s, idle_s, cxt);
 
 	/* The SQL of 0.4.0 and 1.0.0: every scope, one inbox.observe each */
-	(void) inbox_spi_check(SPI_execute_with_args("SELECT s, inbox.observe(s, $1, $2) "
-									"FROM inbox.scope_list() AS s",
-									2, types, values, NULL, false, 0),
+	(void) inbox_spi_check(inbox_execute_once("SELECT s, inbox.observe(s, $1, $2) "
+											  "FROM inbox.scope_list() AS s",
+											  2, types, values, NULL, false, 0),
 			  SPI_OK_SELECT, "inbox.observe");
 
 	return collect_targets(NIL, cxt);

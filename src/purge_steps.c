@@ -145,7 +145,8 @@ observe_distributed(Datum *settings, MemoryContext cxt)
 	uint64		i;
 	List	   *targets = NIL;
 
-	(void) inbox_spi_check(SPI_execute("SELECT DISTINCT e.scope FROM inbox.entries AS e", true, 0),
+	(void) inbox_spi_check(inbox_execute_once("SELECT DISTINCT e.scope FROM inbox.entries AS e",
+											  0, NULL, NULL, NULL, true, 0),
 			  SPI_OK_SELECT, "listing the scopes of inbox.entries");
 	scopes = SPI_tuptable;
 	nscopes = SPI_processed;
@@ -157,8 +158,8 @@ observe_distributed(Datum *settings, MemoryContext cxt)
 		values[0] = SPI_getbinval(scopes->vals[i], scopes->tupdesc, 1, &isnull);
 		values[1] = settings[0];
 		values[2] = settings[1];
-		(void) inbox_spi_check(SPI_execute_with_args("SELECT $1, inbox.observe($1, $2, $3)",
-										3, types, values, NULL, false, 0),
+		(void) inbox_spi_check(inbox_execute_once("SELECT $1, inbox.observe($1, $2, $3)",
+												  3, types, values, NULL, false, 0),
 				  SPI_OK_SELECT, "inbox.observe");
 		targets = collect_targets(targets, cxt);
 		SPI_freetuptable(SPI_tuptable);
@@ -349,10 +350,11 @@ inbox_purge_leaves(MemoryContext cxt)
 	MemoryContext oldcxt;
 	uint64		i;
 
-	(void) inbox_spi_check(SPI_execute("SELECT c.oid FROM pg_catalog.pg_inherits AS i "
-						  "JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid "
-						  "WHERE i.inhparent OPERATOR(pg_catalog.=) 'inbox.entries'::pg_catalog.regclass "
-						  "ORDER BY c.relname", true, 0),
+	(void) inbox_spi_check(inbox_execute_once("SELECT c.oid FROM pg_catalog.pg_inherits AS i "
+											  "JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid "
+											  "WHERE i.inhparent OPERATOR(pg_catalog.=) 'inbox.entries'::pg_catalog.regclass "
+											  "ORDER BY c.relname",
+											  0, NULL, NULL, NULL, true, 0),
 			  SPI_OK_SELECT, "listing the leaves of inbox.entries");
 
 	oldcxt = MemoryContextSwitchTo(cxt);
@@ -393,7 +395,7 @@ purge_leaf_by_scope(Oid leaf, List *targets, int limit, bool *more, const char *
 		values[1] = CStringGetTextDatum(target->scope);
 		values[2] = TimestampTzGetDatum(target->cutoff);
 		values[3] = Int32GetDatum((int32) (limit - total));
-		(void) inbox_spi_check(SPI_execute_with_args(sql, 4, types, values, NULL, false, 1),
+		(void) inbox_spi_check(inbox_execute_once(sql, 4, types, values, NULL, false, 1),
 				  SPI_OK_SELECT, sql);
 		rows = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
 										   SPI_tuptable->tupdesc, 1, &isnull));
@@ -444,8 +446,8 @@ purge_leaf_at_once(Oid leaf, List *targets, int limit, bool *more)
 	values[2] = PointerGetDatum(construct_array(cutoffs, n, TIMESTAMPTZOID, sizeof(TimestampTz),
 												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[3] = Int32GetDatum(limit);
-	(void) inbox_spi_check(SPI_execute_with_args("SELECT scope, purged FROM inbox.purge_leaf($1, $2, $3, $4)",
-									4, types, values, NULL, false, 0),
+	(void) inbox_spi_check(inbox_execute_once("SELECT scope, purged FROM inbox.purge_leaf($1, $2, $3, $4)",
+											  4, types, values, NULL, false, 0),
 			  SPI_OK_SELECT, "inbox.purge_leaf");
 	for (i = 0; i < SPI_processed; i++)
 	{
