@@ -8,14 +8,14 @@
 # neither an include nor a call (which needs a declaration from a header)
 # can close a circle.  A .c file declares nothing extern itself, so every
 # call from another file goes through a header this check sees.  A new
-# file must be given a place below.  No .c file may pass 1,000 lines.
+# file must be given a place below.  No .c file may pass 850 lines.
 #
 # Exits 1 and names each violation; prints a one-line summary otherwise.
 use strict;
 use warnings;
 
 my $src = shift // 'src';
-my $max_lines = 1000;
+my $max_lines = 850;
 
 # Top to bottom; each module with the files it owns.
 my @layers = (
