@@ -19,18 +19,21 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" inbox.control)
 
 MODULE_big = inbox
 OBJS = \
-	src/inbox.o \
+	src/init.o \
 	src/access.o \
 	src/worker.o \
 	src/compat_0_4.o \
 	src/claim_many.o \
+	src/claim_many_args.o \
 	src/complete_many.o \
 	src/complete.o \
 	src/claim.o \
 	src/deferred.o \
+	src/deferred_settle.o \
 	src/offsets.o \
 	src/forget.o \
 	src/purge.o \
+	src/purge_steps.o \
 	src/outbox.o \
 	src/guard.o \
 	src/window.o \
@@ -39,6 +42,7 @@ OBJS = \
 	src/events.o \
 	src/conflicts.o \
 	src/direct.o \
+	src/direct_complete.o \
 	src/locate.o \
 	src/direct_layout.o \
 	src/session.o \
@@ -46,6 +50,7 @@ OBJS = \
 	src/wakeup.o \
 	src/stats.o \
 	src/depth.o \
+	src/depth_count.o \
 	src/distributed.o \
 	src/spi.o \
 	src/keys.o \

@@ -233,10 +233,10 @@ grants_load(void)
 	PushActiveSnapshot(GetLatestSnapshot());
 	version = inbox_sql_version();
 	by_oid = version != NULL && strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0;
-	if (SPI_execute(by_oid
-					? "SELECT scope, grantee::pg_catalog.oid::pg_catalog.text FROM inbox.scope_grants"
-					: "SELECT scope, grantee FROM inbox.scope_grants",
-					true, 0) != SPI_OK_SELECT)
+	if (inbox_execute_once(by_oid
+						   ? "SELECT scope, grantee::pg_catalog.oid::pg_catalog.text FROM inbox.scope_grants"
+						   : "SELECT scope, grantee FROM inbox.scope_grants",
+						   0, NULL, NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read inbox.scope_grants");
 	PopActiveSnapshot();
 
@@ -649,7 +649,8 @@ forget_allowed(Oid caller)
 	 */
 	as_owner_begin(&as, owner);
 	PushActiveSnapshot(GetLatestSnapshot());
-	if (SPI_execute("SELECT grantee, grantee_oid FROM inbox.forget_grants", true, 0) != SPI_OK_SELECT)
+	if (inbox_execute_once("SELECT grantee, grantee_oid FROM inbox.forget_grants",
+						   0, NULL, NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read inbox.forget_grants");
 	PopActiveSnapshot();
 	for (i = 0; i < SPI_processed && !allowed; i++)

@@ -6,8 +6,8 @@
  *	  processing (receive), and report what is recorded.
  *
  * The unique index on (scope, message_id) is the only arbiter.  A claim is
- * an INSERT ... ON CONFLICT DO NOTHING run through SPI, so that the
- * executor does what it does for any unique insert:
+ * an INSERT ... ON CONFLICT DO NOTHING, so that the executor does what it
+ * does for any unique insert:
  *
  *	- no conflicting entry: the row is inserted and commits or aborts with
  *	  the caller's transaction;
@@ -28,9 +28,14 @@
  * one key space per scope: whichever comes first wins, the other sees a
  * duplicate.
  *
- * Going through SPI rather than calling heap and index AMs directly keeps
- * the claim working wherever the planner decides where rows live, such as
- * when the inbox tables are distributed by Citus.
+ * A claim's row is written by direct.c where it can: the executor's own
+ * routines for that statement, the table AM's speculative insertion and
+ * the unique index's insertion, called without the planner, so that the
+ * arbitration is the same (direct.c says why, and what it leaves out).
+ * Everything else runs its statement through SPI: a receive, a claim on a
+ * leaf whose layout is not exactly the one sql/inbox.sql makes, every
+ * claim under inbox.direct_insert = off, and every claim where Citus is
+ * installed, since there only the planner knows where rows live.
  *
  * Each function serves the SQL of 1.0.0 and later (entry points with the
  * suffix _1_0, here) and that of 0.4.0, whose entry points are in

@@ -3,7 +3,8 @@
  * deferred.c
  *	  The deferred mode's hot path: inbox_take and inbox_poll, which hand
  *	  out pending messages.  inbox_complete, which marks one done in the
- *	  transaction of its effect, is in complete.c; inbox_fail,
+ *	  transaction of its effect, is in complete.c; inbox_extend by
+ *	  receipt and inbox_result in deferred_settle.c; inbox_fail,
  *	  inbox_extend by message id and inbox_requeue are SQL; the owner
  *	  sessions are in session.c and the waiting in wakeup.c.
  *
@@ -74,6 +75,7 @@
 
 #include "compat.h"
 #include "deferred.h"
+#include "deferred_internal.h"
 #include "depth.h"
 #include "events.h"
 #include "distributed.h"
@@ -89,8 +91,6 @@
 
 PG_FUNCTION_INFO_V1(inbox_take_1_0);
 PG_FUNCTION_INFO_V1(inbox_poll_1_0);
-PG_FUNCTION_INFO_V1(inbox_extend_receipt_1_0);
-PG_FUNCTION_INFO_V1(inbox_result_1_0);
 
 /* inbox.max_attempts, which the SQL functions read with current_setting */
 static int	max_attempts = 5;
@@ -116,24 +116,6 @@ static int	max_attempts = 5;
 #define POLL_MAX_WAIT_SECONDS	60
 
 static SPIPlanPtr max_attempts_plan = NULL;
-static SPIPlanPtr refuse_extend_plan = NULL;
-
-/*
- * The statements, each on the leaf that holds the scope's entries (%d):
- * a scope lives in one leaf (entries.h), so a take reads one open-messages
- * index, in its order, and never merges leaves.
- */
-typedef enum DeferredLeafPlan
-{
-	LEAF_CANDIDATES,			/* the due messages a take may hand out */
-	LEAF_NEXT_DUE,				/* when the next one is due (a waiting take) */
-	LEAF_TAKE,					/* hand messages out */
-	LEAF_TAKE_ONE,				/* hand one message out */
-	LEAF_DIE,					/* a lost message out of attempts */
-	LEAF_EXTEND_RECEIPT,		/* a longer lease, by receipt */
-	LEAF_RESULT,				/* a message's stored result */
-	DEFERRED_LEAF_PLANS
-} DeferredLeafPlan;
 
 static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 	[LEAF_CANDIDATES] = {
@@ -236,8 +218,8 @@ leaf_plan(DeferredLeafPlan kind, int leaf)
 }
 
 /* Run kind's plan on leaf; raise unless its result is expected */
-static uint64
-execute(DeferredLeafPlan kind, int leaf, Datum *values, const char *nulls, int expected)
+uint64
+deferred_execute(DeferredLeafPlan kind, int leaf, Datum *values, const char *nulls, int expected)
 {
 	return inbox_execute_plan(leaf_plan(kind, leaf), values, nulls, expected,
 							  leaf_statements[kind].name);
@@ -307,7 +289,7 @@ take_chunk(TakeCall *call, Datum *ids, Datum *receipts, int n,
 	 * lease hands each to its receipt until the lease runs out.
 	 */
 	values[6] = call->receipts && call->lease != NULL ? lease_until : TimestampTzGetDatum(now);
-	(void) execute(one ? LEAF_TAKE_ONE : LEAF_TAKE, call->leaf, values, nulls, SPI_OK_UPDATE);
+	(void) deferred_execute(one ? LEAF_TAKE_ONE : LEAF_TAKE, call->leaf, values, nulls, SPI_OK_UPDATE);
 	if (!one)
 	{
 		pfree(DatumGetPointer(values[1]));
@@ -409,7 +391,7 @@ hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked
 			values[0] = PointerGetDatum(call->scope);
 			values[1] = message_id;
 			values[2] = TimestampTzGetDatum(round->now);
-			(void) execute(LEAF_DIE, call->leaf, values, NULL, SPI_OK_UPDATE);
+			(void) deferred_execute(LEAF_DIE, call->leaf, values, NULL, SPI_OK_UPDATE);
 			inbox_depth_moved(call->scope, INBOX_STATE_PROCESSING, INBOX_STATE_DEAD, 1, false);
 			inbox_group_dead(call->scope, message_id);
 			continue;
@@ -623,7 +605,7 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(now);
-	if (execute(LEAF_NEXT_DUE, call->leaf, values, NULL, SPI_OK_SELECT) > 0)
+	if (deferred_execute(LEAF_NEXT_DUE, call->leaf, values, NULL, SPI_OK_SELECT) > 0)
 		until = Min(until, DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[0],
 															 SPI_tuptable->tupdesc, 1, &isnull)));
 	SPI_freetuptable(SPI_tuptable);
@@ -634,7 +616,7 @@ sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)
  * A lease or a wait: NULL if not given, else its span (inbox_check_duration),
  * which must be positive.
  */
-static Interval *
+Interval *
 positive_duration_arg(FunctionCallInfo fcinfo, int argno, const char *name,
 					  const char *hint)
 {
@@ -760,92 +742,4 @@ Datum
 inbox_poll_1_0(PG_FUNCTION_ARGS)
 {
 	return take(fcinfo, true);
-}
-
-/*
- * inbox_extend(scope, receipt, lease): the lease of the message the
- * receipt holds ends lease from now, from whichever session the caller
- * runs on.
- *
- * This and inbox_result are C with kept plans, like the completion, rather
- * than PL/pgSQL: on Citus they are delegated to the worker that holds the
- * scope (inbox_distribute), and Citus accepts a delegated call's query only
- * where it can read the scope's value, which a plan's parameters give it
- * and PL/pgSQL's variables do not.
- */
-Datum
-inbox_extend_receipt_1_0(PG_FUNCTION_ARGS)
-{
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	pg_uuid_t  *receipt;
-	Interval   *lease;
-	Datum		values[3];
-	bool		isnull;
-	Datum		until;
-	int			leaf;
-
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("receipt must not be null")));
-	lease = positive_duration_arg(fcinfo, 2, "lease", NULL);
-	if (lease == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease must be positive")));
-	receipt = PG_GETARG_UUID_P(1);
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = UUIDPGetDatum(receipt);
-	/* A value, not a function of the statement: see inbox.fail_message */
-	values[2] = DirectFunctionCall2(timestamptz_pl_interval,
-									TimestampTzGetDatum(GetCurrentTimestamp()),
-									IntervalPGetDatum(lease));
-
-	/* The lease's end is the message's new due: see inbox.wake_takers */
-	leaf = inbox_scope_leaf(scope);
-	inbox_scope_touched(leaf, scope, INBOX_TOUCH_LOCKS);
-	inbox_spi_connect();
-	if (execute(LEAF_EXTEND_RECEIPT, leaf, values, NULL, SPI_OK_UPDATE_RETURNING) != 1)
-	{
-		Oid			types[2] = {TEXTOID, UUIDOID};
-
-		(void) inbox_execute_plan(inbox_plan(&refuse_extend_plan,
-											 "SELECT inbox.refuse_receipt($1, $2, 'extended')",
-											 2, types),
-								  values, NULL, SPI_OK_SELECT, "inbox.refuse_receipt");
-		elog(ERROR, "inbox.refuse_receipt did not raise");
-	}
-	until = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	SPI_finish();
-	PG_RETURN_DATUM(until);
-}
-
-/*
- * inbox_result(scope, message_id): the result stored with the message's
- * completion, or NULL (none, or no such message).
- */
-Datum
-inbox_result_1_0(PG_FUNCTION_ARGS)
-{
-	text	   *scope = inbox_key_arg(fcinfo, 0, "scope", INBOX_MAX_SCOPE_BYTES);
-	text	   *message_id = inbox_key_arg(fcinfo, 1, "message_id", INBOX_MAX_MESSAGE_ID_BYTES);
-	Datum		values[2];
-	bool		isnull = true;
-	Datum		result = (Datum) 0;
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(message_id);
-
-	inbox_spi_connect();
-	if (execute(LEAF_RESULT, inbox_scope_leaf(scope), values, NULL, SPI_OK_SELECT) == 1)
-	{
-		result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		if (!isnull)
-			result = SPI_datumTransfer(result, false, -1);
-	}
-	SPI_finish();
-	if (isnull)
-		PG_RETURN_NULL();
-	PG_RETURN_DATUM(result);
 }

@@ -109,6 +109,7 @@
 
 #include "compat.h"
 #include "depth.h"
+#include "depth_internal.h"
 #include "distributed.h"
 #include "entries.h"
 #include "inbox.h"
@@ -537,100 +538,6 @@ noted(const DepthKey *key)
 		if (strncmp(notes[i].scope, key->scope, INBOX_MAX_SCOPE_BYTES + 1) == 0)
 			return true;
 	return false;
-}
-
-/* The statements on the leaf that holds the scope */
-typedef enum DepthLeafPlan
-{
-	LEAF_COUNT,					/* pending, due at $2, processing */
-	LEAF_NOT_DUE,				/* pending, not due at $2 */
-	DEPTH_LEAF_PLANS
-} DepthLeafPlan;
-
-static const InboxLeafStatement leaf_statements[DEPTH_LEAF_PLANS] = {
-	[LEAF_COUNT] = {
-		"depth count",
-		"SELECT pg_catalog.count(*) FILTER (WHERE state = 'p'), "
-		"pg_catalog.count(*) FILTER (WHERE state = 'p' AND due <= $2), "
-		"pg_catalog.count(*) FILTER (WHERE state = 'r') "
-		"FROM inbox.entries_p%d WHERE scope = $1 AND state <> 'd' AND state <> 'x'",
-		{TEXTOID, TIMESTAMPTZOID}
-	},
-	[LEAF_NOT_DUE] = {
-		"depth not due",
-		"SELECT (SELECT pg_catalog.count(*) FROM inbox.entries_p%d "
-		"        WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due > $2 AND state = 'p') "
-		"     + (SELECT pg_catalog.count(*) FROM inbox.entries_p%d "
-		"        WHERE scope = $1 AND state <> 'd' AND state <> 'x' AND due IS NULL AND state = 'p')",
-		{TEXTOID, TIMESTAMPTZOID}
-	},
-};
-
-static SPIPlanPtr leaf_plans[DEPTH_LEAF_PLANS][INBOX_LEAVES];
-
-/* The plan of kind on leaf; LEAF_NOT_DUE names the leaf twice */
-static SPIPlanPtr
-leaf_plan(DepthLeafPlan kind, int leaf)
-{
-	if (kind == LEAF_NOT_DUE && leaf_plans[kind][leaf] == NULL)
-		leaf_plans[kind][leaf] =
-			inbox_keep_plan(psprintf(leaf_statements[kind].sql, leaf, leaf), 2,
-							leaf_statements[kind].argtypes, CURSOR_OPT_GENERIC_PLAN);
-	return inbox_leaf_plan(&leaf_statements[kind], leaf_plans[kind], leaf);
-}
-
-/*
- * Run kind on the scope's leaf with snapshot (NULL: the latest), and
- * return its first row's int8 columns in out.  SPI must be connected.
- */
-static void
-run_count(DepthLeafPlan kind, text *scope, int leaf, TimestampTz now, Snapshot snapshot,
-		  int64 *out, int ncolumns)
-{
-	Datum		values[2];
-	int			i;
-
-	values[0] = PointerGetDatum(scope);
-	values[1] = TimestampTzGetDatum(now);
-	PushActiveSnapshot(snapshot != NULL ? snapshot : GetLatestSnapshot());
-	PG_TRY();
-	{
-		(void) inbox_execute_plan_read_only(leaf_plan(kind, leaf), values, NULL,
-											SPI_OK_SELECT, leaf_statements[kind].name);
-	}
-	PG_FINALLY();
-	{
-		PopActiveSnapshot();
-	}
-	PG_END_TRY();
-	for (i = 0; i < ncolumns; i++)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &isnull);
-
-		out[i] = isnull ? 0 : DatumGetInt64(d);
-	}
-	SPI_freetuptable(SPI_tuptable);
-}
-
-/* What the call returns */
-typedef struct Depth
-{
-	int64		pending;
-	int64		due;
-	int64		processing;
-} Depth;
-
-/* Count the scope's rows (see the banner for when) */
-static void
-count_rows(text *scope, int leaf, TimestampTz now, Depth *depth)
-{
-	int64		c[3];
-
-	run_count(LEAF_COUNT, scope, leaf, now, NULL, c, 3);
-	depth->pending = c[0];
-	depth->due = c[1];
-	depth->processing = c[2];
 }
 
 /*

@@ -291,7 +291,7 @@ inbox_citus_worker_node(void)
  * one row.  Its delegation deparses the planned query, whose subquery the
  * planner emptied.  Any distributed function trips it, not only the
  * inbox's.  inbox_distribute() distributes the API's entry points, so the
- * planner hook (inbox.c), which runs before Citus's, refuses those forms
+ * planner hook (init.c), which runs before Citus's, refuses those forms
  * of a call of them with an error instead.  It looks at a query only when it has
  * that shape, so the cost elsewhere is a few pointer tests.
  * ------------------------------------------------------------------------
@@ -407,7 +407,7 @@ setting_stays_here(const char *name)
 }
 
 /*
- * The planner hook's check (inbox.c): refuse, before Citus plans it, a
+ * The planner hook's check (init.c): refuse, before Citus plans it, a
  * query that would make Citus crash or drop a session's setting.
  */
 void

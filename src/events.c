@@ -38,7 +38,7 @@
  * ROLLBACK PREPARED, maybe after a restart, where nothing was noted: at
  * PREPARE its notes are dropped, and the transaction that runs COMMIT or
  * ROLLBACK PREPARED forgets every front when it ends (the utility hook in
- * inbox.c calls events_utility_statement).
+ * init.c calls events_utility_statement).
  *
  * The notes are kept and dropped in every backend that loads the library,
  * whether or not the shared memory exists; each module's end costs one
@@ -140,7 +140,7 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * A utility statement is about to run (inbox.c's ProcessUtility hook):
+ * A utility statement is about to run (init.c's ProcessUtility hook):
  * COMMIT PREPARED and ROLLBACK PREPARED end a transaction whose notes were
  * made by another session, or before a restart.
  */

@@ -77,9 +77,9 @@ read_extension(InboxExtension *ext)
 	bool		isnull;
 
 	inbox_spi_connect();
-	if (SPI_execute("SELECT extowner, extnamespace::pg_catalog.regnamespace::pg_catalog.text"
-					" FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'inbox'",
-					true, 0) != SPI_OK_SELECT)
+	if (inbox_execute_once("SELECT extowner, extnamespace::pg_catalog.regnamespace::pg_catalog.text"
+						   " FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'inbox'",
+						   0, NULL, NULL, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_extension");
 	if (SPI_processed == 1)
 	{
@@ -158,7 +158,8 @@ has_entries(void)
 	inbox_spi_connect();
 	PushActiveSnapshot(GetLatestSnapshot());
 	/* A target list, because Citus cannot plan an empty one (scale-out.md) */
-	if (SPI_execute("SELECT EXISTS (SELECT 1 FROM inbox.entries)", true, 0) != SPI_OK_SELECT ||
+	if (inbox_execute_once("SELECT EXISTS (SELECT 1 FROM inbox.entries)",
+						   0, NULL, NULL, NULL, true, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not look into inbox.entries");
 	result = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
@@ -219,7 +220,8 @@ inbox_guard_drop(PG_FUNCTION_ARGS)
 	if (inbox_entries_distributed())
 	{
 		inbox_spi_connect();
-		if (SPI_execute("SELECT inbox.citus_drop_tables()", false, 0) != SPI_OK_SELECT)
+		if (inbox_execute_once("SELECT inbox.citus_drop_tables()",
+							   0, NULL, NULL, NULL, false, 0) != SPI_OK_SELECT)
 			elog(ERROR, "could not drop the distributed tables of extension inbox");
 		SPI_finish();
 	}

@@ -2,7 +2,7 @@
  *
  * purge.h
  *	  Retention: the purge steps shared by the background worker and
- *	  inbox_purge().
+ *	  inbox_purge() (purge.c, purge_steps.c).
  *
  * src/purge.h
  *
@@ -32,5 +32,12 @@ extern List *inbox_purge_leaves(MemoryContext cxt);
 extern int64 inbox_purge_leaf_batch(Oid leaf, List *targets, bool *more);
 extern int64 inbox_purge_outbox_batch(bool *more);
 extern void inbox_purge_set_lock_timeout(GucAction action);
+
+/* The steps (purge_steps.c), as the round and step 1 in purge.c call them */
+extern List *collect_targets(List *targets, MemoryContext cxt);
+extern List *observe_distributed(Datum *settings, MemoryContext cxt);
+extern List *observe_changed(Datum *settings, int retention_s, int idle_s,
+							 MemoryContext cxt);
+extern int64 inbox_purge_leaf(Oid leaf, List *targets, int limit, bool *more);
 
 #endif							/* INBOX_PURGE_H */

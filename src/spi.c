@@ -121,6 +121,21 @@ inbox_execute_plan_read_only(SPIPlanPtr plan, const Datum *values, const char *n
 }
 
 /*
+ * Plan and execute sql once in the caller's SPI connection, with nargs
+ * parameters (0: none), read-only or not, returning at most count rows (0:
+ * all); for statements off the hot paths.  SPI's result code, which the
+ * caller checks against what it expects, in its own words.  A read-only
+ * statement runs under the active snapshot, which the caller pushes.
+ */
+int
+inbox_execute_once(const char *sql, int nargs, const Oid *argtypes, const Datum *values,
+				   const char *nulls, bool read_only, long count)
+{
+	return SPI_execute_with_args(sql, nargs, (Oid *) argtypes, (Datum *) values, nulls,
+								 read_only, count);
+}
+
+/*
  * Plan and execute sql once, read-write, in the caller's SPI connection;
  * for statements off the hot paths.  The rows it processed.
  */
@@ -128,8 +143,7 @@ uint64
 inbox_execute(const char *sql, int nargs, const Oid *argtypes, const Datum *values,
 			  const char *nulls, int expected)
 {
-	return inbox_spi_check(SPI_execute_with_args(sql, nargs, (Oid *) argtypes,
-												 (Datum *) values, nulls, false, 0),
+	return inbox_spi_check(inbox_execute_once(sql, nargs, argtypes, values, nulls, false, 0),
 						   expected, "SPI_execute_with_args");
 }
 

@@ -49,6 +49,9 @@ extern uint64 inbox_execute_plan(SPIPlanPtr plan, const Datum *values, const cha
 								 int expected, const char *what);
 extern uint64 inbox_execute_plan_read_only(SPIPlanPtr plan, const Datum *values,
 										   const char *nulls, int expected, const char *what);
+extern int	inbox_execute_once(const char *sql, int nargs, const Oid *argtypes,
+							   const Datum *values, const char *nulls, bool read_only,
+							   long count);
 extern uint64 inbox_execute(const char *sql, int nargs, const Oid *argtypes,
 							const Datum *values, const char *nulls, int expected);
 extern uint64 inbox_execute_alone(const char *sql, int nargs, const Oid *argtypes,

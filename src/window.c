@@ -206,10 +206,10 @@ windows_load(void)
 	LockRelationOid(windows_relid, AccessShareLock);
 
 	PushActiveSnapshot(GetLatestSnapshot());
-	(void) inbox_spi_check(SPI_execute("SELECT s.scope, s.content_window, s.content_action "
-									   "FROM inbox.scopes AS s "
-									   "WHERE s.content_window IS NOT NULL",
-									   true, 0),
+	(void) inbox_spi_check(inbox_execute_once("SELECT s.scope, s.content_window, s.content_action "
+											  "FROM inbox.scopes AS s "
+											  "WHERE s.content_window IS NOT NULL",
+											  0, NULL, NULL, NULL, true, 0),
 						   SPI_OK_SELECT, "reading the content windows");
 	PopActiveSnapshot();
 

@@ -364,11 +364,11 @@ database_being_dropped(void)
 	bool		isnull;
 
 	values[0] = ObjectIdGetDatum(MyDatabaseId);
-	if (SPI_execute_with_args("SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "
-							  "WHERE locktype = 'object' AND granted "
-							  "AND classid = 'pg_catalog.pg_database'::pg_catalog.regclass "
-							  "AND objid = $1 AND mode = 'AccessExclusiveLock')",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+	if (inbox_execute_once("SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "
+						   "WHERE locktype = 'object' AND granted "
+						   "AND classid = 'pg_catalog.pg_database'::pg_catalog.regclass "
+						   "AND objid = $1 AND mode = 'AccessExclusiveLock')",
+						   1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read pg_locks");
 	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 									  SPI_tuptable->tupdesc, 1, &isnull));

@@ -8,18 +8,18 @@
 # neither an include nor a call (which needs a declaration from a header)
 # can close a circle.  A .c file declares nothing extern itself, so every
 # call from another file goes through a header this check sees.  A new
-# file must be given a place below.  No .c file may pass 1,000 lines.
+# file must be given a place below.  No .c file may pass 850 lines.
 #
 # Exits 1 and names each violation; prints a one-line summary otherwise.
 use strict;
 use warnings;
 
 my $src = shift // 'src';
-my $max_lines = 1000;
+my $max_lines = 850;
 
 # Top to bottom; each module with the files it owns.
 my @layers = (
-	[ init => [ inbox => qw(inbox.c) ] ],
+	[ init => [ init => qw(init.c) ] ],
 	[
 		'entry points and processes' =>
 		  [ access => qw(access.c) ],
@@ -28,14 +28,14 @@ my @layers = (
 	],
 	[
 		features =>
-		  [ claim_many => qw(claim_many.c) ],
+		  [ claim_many => qw(claim_many.c claim_many_args.c claim_many.h) ],
 		[ complete_many => qw(complete_many.c) ],
 		[ complete => qw(complete.c complete.h) ],
 		[ claim => qw(claim.c claim.h claim_internal.h) ],
-		[ deferred => qw(deferred.c deferred.h) ],
+		[ deferred => qw(deferred.c deferred_settle.c deferred.h deferred_internal.h) ],
 		[ offsets => qw(offsets.c) ],
 		[ forget => qw(forget.c forget.h) ],
-		[ purge => qw(purge.c purge.h) ],
+		[ purge => qw(purge.c purge_steps.c purge.h) ],
 		[ outbox => qw(outbox.c outbox.h) ],
 		[ guard => qw(guard.c) ],
 		[ window => qw(window.c window.h) ],
@@ -46,14 +46,14 @@ my @layers = (
 		engine =>
 		  [ events => qw(events.c events.h) ],
 		[ conflicts => qw(conflicts.c conflicts.h) ],
-		[ direct => qw(direct.c direct.h) ],
+		[ direct => qw(direct.c direct_complete.c direct.h direct_internal.h) ],
 		[ locate => qw(locate.c locate.h) ],
 		[ direct_layout => qw(direct_layout.c direct_layout.h) ],
 		[ session => qw(session.c session.h) ],
 		[ front => qw(front.c front.h) ],
 		[ wakeup => qw(wakeup.c wakeup.h) ],
 		[ stats => qw(stats.c stats.h) ],
-		[ depth => qw(depth.c depth.h) ],
+		[ depth => qw(depth.c depth_count.c depth.h depth_internal.h) ],
 	],
 	[
 		base =>

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * inbox.c
+ * init.c
  *	  Entry point of the inbox extension: the module magic, and _PG_init,
  *	  which defines every module's settings and installs every hook.
  *
@@ -21,7 +21,7 @@
  * Claims need nothing but the settings: without the preload, takes scan
  * from the oldest entry, a take cannot wait, and nothing is counted.
  *
- * src/inbox.c
+ * src/init.c
  *
  *-------------------------------------------------------------------------
  */
