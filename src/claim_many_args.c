@@ -28,36 +28,16 @@
 #include "keys.h"
 #include "priorities.h"
 
-/* A one-dimensional array argument, deconstructed; NULL elements allowed */
-static int
-array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
-		  Datum **elems, bool **nulls)
-{
-	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(argno);
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	int			n;
-
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a one-dimensional array", name)));
-	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
-	deconstruct_array(array, type, typlen, typbyval, typalign, elems, nulls, &n);
-	return n;
-}
-
 /*
  * An array argument that gives one element per message id (of which there
- * are n), deconstructed as array_arg does.  what names its elements in
+ * are n), deconstructed as inbox_array_arg does.  what names its elements in
  * the error; hint, if not NULL, says what to pass instead.
  */
 static void
 per_id_array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type, int n,
 				 const char *what, const char *hint, Datum **elems, bool **nulls)
 {
-	int			got = array_arg(fcinfo, argno, name, type, elems, nulls);
+	int			got = inbox_array_arg(fcinfo, argno, name, type, elems, nulls);
 
 	if (got != n)
 		ereport(ERROR,
@@ -125,7 +105,7 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 	batch->ranked = false;
 	batch->items = NULL;
 
-	n = array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);
+	n = inbox_array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);
 	if (n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -71,26 +71,6 @@ compare_receipts(const void *a, const void *b)
 	return x->position - y->position;
 }
 
-/* A one-dimensional array argument, deconstructed; NULL elements allowed */
-static int
-array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
-		  Datum **elems, bool **nulls)
-{
-	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(argno);
-	int16		typlen;
-	bool		typbyval;
-	char		typalign;
-	int			n;
-
-	if (ARR_NDIM(array) > 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be a one-dimensional array", name)));
-	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
-	deconstruct_array(array, type, typlen, typbyval, typalign, elems, nulls, &n);
-	return n;
-}
-
 /* The receipts and their results, every one checked before any is completed */
 static int
 complete_args(FunctionCallInfo fcinfo, CompleteItem **items)
@@ -106,7 +86,7 @@ complete_args(FunctionCallInfo fcinfo, CompleteItem **items)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("receipts must not be null")));
-	n = array_arg(fcinfo, 1, "receipts", UUIDOID, &receipts, &receipt_nulls);
+	n = inbox_array_arg(fcinfo, 1, "receipts", UUIDOID, &receipts, &receipt_nulls);
 	if (n == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -120,7 +100,7 @@ complete_args(FunctionCallInfo fcinfo, CompleteItem **items)
 				 errhint("Split the batch: each call is one statement, whose locks are held to commit.")));
 	if (!PG_ARGISNULL(2))
 	{
-		int			got = array_arg(fcinfo, 2, "results", JSONBOID, &results, &result_nulls);
+		int			got = inbox_array_arg(fcinfo, 2, "results", JSONBOID, &results, &result_nulls);
 
 		if (got != n)
 			ereport(ERROR,

@@ -22,7 +22,9 @@
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -511,4 +513,27 @@ inbox_limits(PG_FUNCTION_ARGS)
 	/* Not in 1.0.0's SQL, whose row has the first three only */
 	values[3] = Int32GetDatum(INBOX_MAX_GROUP_KEY_BYTES);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/*
+ * A one-dimensional array argument, deconstructed, NULL elements allowed:
+ * its element count.  name is the argument's, for the error.
+ */
+int
+inbox_array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
+				Datum **elems, bool **nulls)
+{
+	ArrayType  *array = PG_GETARG_ARRAYTYPE_P(argno);
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			n;
+
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", name)));
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, type, typlen, typbyval, typalign, elems, nulls, &n);
+	return n;
 }

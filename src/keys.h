@@ -30,5 +30,7 @@ extern PGDLLEXPORT Datum inbox_bucket_sql(PG_FUNCTION_ARGS);
 extern int	inbox_scope_leaf(const text *scope);
 extern char *inbox_quote(const text *t);
 extern char *inbox_hex(const bytea *b);
+extern int	inbox_array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
+							Datum **elems, bool **nulls);
 
 #endif							/* INBOX_KEYS_H */
