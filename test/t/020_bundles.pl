@@ -215,7 +215,7 @@ is( join(',', sort { $a cmp $b } keys %{ { map { $_->[0] => 1 } @objects } }),
 	'the bundles are consumer, operator, publisher, receiver, relay, streams and worker');
 
 # An object in several bundles is given by each of them
-my %holds = map { ("$_->[0]_role", $_->[2]) => 1 } @objects;
+my %holds = map { join($;, "$_->[0]_role", $_->[2]) => 1 } @objects;
 my @wrong;
 for my $role ((map { "${_}_role" } @bundles), 'nobody_role')
 {
