@@ -12,8 +12,8 @@
 #
 # The copy holds the server's bindir, pkglibdir and sharedir at the same
 # paths under DEST, so the relocatable server, and its pg_config, find
-# their files there; the server headers are linked, not copied (PGXS reads
-# them, nothing writes them).  A copy already at DEST is refreshed: the
+# their files there; the headers (libpq's and the server's) are linked, not
+# copied: builds read them, nothing writes them.  A copy already at DEST is refreshed: the
 # server's files are copied again only when the server changed.
 #
 # test/tools/tmp_install.sh
@@ -28,7 +28,7 @@ PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 bindir=$("$PG_CONFIG" --bindir)
 pkglibdir=$("$PG_CONFIG" --pkglibdir)
 sharedir=$("$PG_CONFIG" --sharedir)
-includedir=$("$PG_CONFIG" --includedir-server)
+includedirs=$("$PG_CONFIG" --includedir --includedir-server)
 
 stamp="$dest/.server"
 server="$("$PG_CONFIG" --version) $bindir $(stat -c %Y "$bindir/postgres" "$pkglibdir" "$sharedir/extension" | tr '\n' ' ')"
@@ -38,8 +38,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$server" ]; then
 		mkdir -p "$dest$d"
 		cp -a "$d/." "$dest$d/"
 	done
-	mkdir -p "$(dirname "$dest$includedir")"
-	[ -d "$includedir" ] && ln -sfn "$includedir" "$dest$includedir"
+	# Each header directory is linked, unless it lies under one linked
+	# already (a link must never be made through another into the system)
+	linked=''
+	for d in $includedirs; do
+		case "$d/" in "$linked"/*) [ -n "$linked" ] && continue ;; esac
+		if [ -d "$d" ]; then
+			mkdir -p "$(dirname "$dest$d")"
+			ln -sfn "$d" "$dest$d"
+			linked=$d
+		fi
+	done
 	# The extension's files come only from SRC (or the caller)
 	rm -f "$dest$pkglibdir"/inbox.so "$dest$bindir"/inbox-relay \
 		"$dest$sharedir"/extension/inbox.control "$dest$sharedir"/extension/inbox--*.sql
