@@ -57,12 +57,9 @@ cp -r "$top/examples/java" "$top/examples/go" "$top/examples/crash-test.pl" "$wo
 
 # The extension goes into a private copy of the server's tree, never into
 # the system's PostgreSQL; the crash test runs that copy's binaries.  The
-# system's files are fingerprinted before and compared after, as run.sh
-# does for make test.
-system_dirs="$("$PG_CONFIG" --bindir) $("$PG_CONFIG" --pkglibdir) $("$PG_CONFIG" --sharedir)/extension"
-# shellcheck disable=SC2086
-fingerprint() { find $system_dirs -printf '%p %s %T@ %m\n' 2>/dev/null | sort | md5sum; }
-system_before=$(fingerprint)
+# system's files are fingerprinted before and compared after
+# (test/tools/system_pg.sh), as run.sh does for make test.
+. "$top/test/tools/system_pg.sh"
 make -C "$top" -s PG_CONFIG="$PG_CONFIG" all >/dev/null || fail "the extension does not build"
 PG_CONFIG=$(bash "$top/test/tools/tmp_install.sh" "$work/tmp_install" "$top") ||
 	fail "the extension does not build or install"
@@ -109,10 +106,5 @@ wait "$child" || status=$?
 while kill -0 "$child" 2>/dev/null; do
 	wait "$child" || status=$?
 done
-if [ "$(fingerprint)" = "$system_before" ]; then
-	echo "run-jvm-go: the system's PostgreSQL is unchanged ($system_dirs)"
-else
-	echo "run-jvm-go: the system's PostgreSQL changed during the run ($system_dirs)" >&2
-	status=1
-fi
+system_pg_unchanged run-jvm-go || status=1
 exit "$status"

@@ -51,23 +51,11 @@ fi
 # (tmp_install/, as PostgreSQL's own "make check" does), never into the
 # system's PostgreSQL: everything below runs that copy's pg_config and
 # binaries.  The system's files are fingerprinted before and compared
-# after, so a run that wrote there says so and fails.
-system_dirs="$("$PG_CONFIG" --bindir) $("$PG_CONFIG" --pkglibdir) $("$PG_CONFIG" --sharedir)/extension"
-# shellcheck disable=SC2086
-fingerprint() { find $system_dirs -printf '%p %s %T@ %m\n' 2>/dev/null | sort | md5sum; }
-system_before=$(fingerprint)
+# after (system_pg.sh), so a run that wrote there says so and fails.
+. "$top/test/tools/system_pg.sh"
 PG_CONFIG=$(bash "$top/test/tools/tmp_install.sh" "$work/tmp_install" "$top")
 export PG_CONFIG
 [ "$(id -u)" -eq 0 ] && chown -R "$runner" "$work"
-check_system()
-{
-	if [ "$(fingerprint)" = "$system_before" ]; then
-		echo "run.sh: the system's PostgreSQL is unchanged ($system_dirs)"
-	else
-		echo "run.sh: the system's PostgreSQL changed during the run ($system_dirs)" >&2
-		return 1
-	fi
-}
 
 bindir=$("$PG_CONFIG" --bindir)
 
@@ -198,14 +186,14 @@ case "$mode" in
 				fi
 			fi
 		done
-		check_system || { status=1; failed=$((failed + 1)); }
+		system_pg_unchanged run.sh || { status=1; failed=$((failed + 1)); }
 		# One closing line that counts every test of every suite
 		echo "inbox: $passed passed, $failed failed"
 		exit $status
 		;;
 	demo)
 		as_runner bash "$work/test/demo/demo.sh"
-		check_system
+		system_pg_unchanged run.sh
 		;;
 	bench)
 		# The last release, built into a private copy of the server, for
@@ -225,7 +213,7 @@ case "$mode" in
 		as_runner env BENCH_BASELINE_BINDIR="$baseline_bindir" \
 			BENCH_BASELINE_NAME="$release" BENCH_BASELINE_WHY="$baseline_why" \
 			bash "$work/test/bench/bench.sh" "${@:2}"
-		check_system
+		system_pg_unchanged run.sh
 		;;
 	*)
 		echo "usage: test/tools/run.sh test|demo|bench" >&2
