@@ -29,11 +29,9 @@
 #include "postgres.h"
 
 #include "access/genam.h"
-#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "executor/tuptable.h"
 #include "storage/bufmgr.h"
@@ -41,7 +39,6 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
-#include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -180,10 +177,8 @@ group_tail(Relation members, Relation order, Snapshot snapshot, text *scope, tex
 	bool		first = true;
 
 	*last = 0;
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(key));
+	inbox_text_key(&keys[0], 1, scope);
+	inbox_text_key(&keys[1], 2, key);
 	scan = inbox_index_beginscan(members, order, snapshot, 2);
 	index_rescan(scan, keys, 2, NULL, 0);
 	while (!found && index_getnext_slot(scan, BackwardScanDirection, slot))

@@ -50,6 +50,17 @@ PG_FUNCTION_INFO_V1(inbox_entry_of_receipt_sql);
 PG_FUNCTION_INFO_V1(inbox_member_tid_sql);
 
 /*
+ * A scan key for column attno of a B-tree index: equal to value, compared
+ * as collation "C" compares our keys
+ */
+void
+inbox_text_key(ScanKey key, AttrNumber attno, text *value)
+{
+	ScanKeyEntryInitialize(key, 0, attno, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(value));
+}
+
+/*
  * The first row of heap that index finds for nkeys keys, in a snapshot
  * taken now: its tid into *tid, and its column attnum (if not 0), copied,
  * into *value.  False if none.
@@ -104,10 +115,8 @@ inbox_entry_tid(text *scope, text *message_id, ItemPointer tid)
 	ScanKeyData keys[3];
 	bool		found;
 
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
+	inbox_text_key(&keys[0], 1, scope);
+	inbox_text_key(&keys[1], 2, message_id);
 	ScanKeyEntryInitialize(&keys[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
 						   InvalidOid, F_INT2EQ,
 						   Int16GetDatum((int16) inbox_bucket(scope, message_id)));
@@ -171,10 +180,8 @@ inbox_member_tid(text *scope, text *message_id, ItemPointer tid)
 		return false;
 	members = table_open(relid, AccessShareLock);
 	pkey = index_open(inbox_primary_key(members), AccessShareLock);
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(scope));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(message_id));
+	inbox_text_key(&keys[0], 1, scope);
+	inbox_text_key(&keys[1], 2, message_id);
 	found = probe(members, pkey, keys, 2, tid, 0, NULL);
 	index_close(pkey, AccessShareLock);
 	table_close(members, AccessShareLock);
