@@ -259,6 +259,14 @@ SELECT inbox_complete('hints', receipt::text::uuid) FROM regress.receipts WHERE 
 SELECT state FROM inbox_status('hints', 'h-1');
 DROP FUNCTION regress.try_hint(text);
 
+-- A batch received with a later not_before is due then: nothing of it is
+-- taken now
+SELECT count(*) FROM inbox_receive_many('batch-later', ARRAY['d-1', 'd-2'], ARRAY['{}', '{}']::jsonb[],
+										 not_before => now() + interval '1 hour');
+SELECT count(*) FROM inbox_take('batch-later', 10);
+SELECT message_id, due > now() + interval '59 minutes' AS later
+  FROM inbox.entries WHERE scope = 'batch-later' ORDER BY 1;
+
 DROP FUNCTION regress.take_walk(integer);
 DROP TABLE regress.receipts;
 DROP FUNCTION regress.try_receipt(text);

@@ -58,12 +58,13 @@ static const char *const insert_many_sql =
 "RETURNING message_id";
 
 /*
- * A received entry's due, as claim_receive_due makes it: none for a
- * message with a group key, $8 (NULL for a batch without keys), which
- * groups.c gives its due once it finds it the head of its group.
+ * A received entry's due: $6, which claim_receive_due makes, for a message
+ * without a group key; none for one with a key ($8, NULL for a batch
+ * without keys), which groups.c gives its due once it finds it the head
+ * of its group.
  */
 #define RECEIVE_MANY_DUE \
-	"CASE WHEN u.k IS NULL THEN GREATEST($6, pg_catalog.now()) END"
+	"CASE WHEN u.k IS NULL THEN $6 END"
 
 /* %s is the payload's column: payload (jsonb) or payload_bytes */
 static const char *const receive_many_sql =
@@ -364,8 +365,7 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		values[4] = PointerGetDatum(construct_array(payloads, npending,
 													is_jsonb ? JSONBOID : BYTEAOID,
 													-1, false, TYPALIGN_INT));
-		values[5] = batch->not_before;
-		nulls[5] = batch->not_before != (Datum) 0 ? ' ' : 'n';
+		values[5] = claim_receive_due(batch->not_before, false, &nulls[5]);
 		values[6] = PointerGetDatum(construct_array(priorities, npending, INT2OID, 2, true,
 													TYPALIGN_SHORT));
 		if (batch->group_keys != NULL)
