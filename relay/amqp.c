@@ -474,6 +474,6 @@ amqp_target_finish_batch(RelayTarget *t)
 }
 
 const RelayTransport relay_amqp = {"amqp://", amqp_target_open,
-	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL, NULL};
 const RelayTransport relay_amqps = {"amqps://", amqp_target_open,
-	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL, NULL};

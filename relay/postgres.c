@@ -431,5 +431,5 @@ pg_close(RelayTarget *t)
 	free(t);
 }
 
-const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_start_batch, pg_finish_batch, pg_close, NULL};
-const RelayTransport relay_postgres = {"postgres://", pg_open, pg_start_batch, pg_finish_batch, pg_close, NULL};
+const RelayTransport relay_postgresql = {"postgresql://", pg_open, pg_start_batch, pg_finish_batch, pg_close, NULL, NULL};
+const RelayTransport relay_postgres = {"postgres://", pg_open, pg_start_batch, pg_finish_batch, pg_close, NULL, NULL};

@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * relay.h
- *	  inbox-relay: what the loop (inbox-relay.c) shares with the
- *	  transports, one per kind of target (amqp.c, webhook.c, postgres.c).
+ *	  inbox-relay: what the loop (loop.c) shares with the transports, one
+ *	  per kind of target (amqp.c, webhook.c, postgres.c), and what they
+ *	  all use: the log (log.c) and the reading of URLs (url.c).  A
+ *	  transport includes this header only.
  *
  * A transport opens a target once, delivers messages to it, and answers
  * for each only once the target confirmed it or refused it: the loop
@@ -90,6 +92,14 @@ typedef struct RelayTransport
 	 * --batch's: what the transport can send without queueing them.
 	 */
 	int			(*batch_limit) (void);
+
+	/*
+	 * Optional, for "inbox-relay check": verify what open() alone does not
+	 * (an AMQP target's exchange and queue, declared passively), without
+	 * sending anything; false with error filled when something is missing.
+	 * NULL when a successful open() is the whole check.
+	 */
+	bool		(*check) (RelayTarget *target, const char *url, char *error);
 } RelayTransport;
 
 extern const RelayTransport relay_amqp;
@@ -99,13 +109,19 @@ extern const RelayTransport relay_https;
 extern const RelayTransport relay_postgresql;
 extern const RelayTransport relay_postgres;
 
-/* Helpers the transports share (inbox-relay.c) */
+/* Options the transports read (set by inbox-relay.c's main) */
 /* How long a target may take to confirm a message, in seconds (--timeout) */
 extern int	relay_timeout;
 /* How many requests may be in flight at once to an HTTP target (--connections) */
 extern int	relay_http_connections;
 
+/* log.c: --verbose given n times makes relay_debug(n, ...) write */
+extern int	relay_verbose;
 extern void relay_log(const char *fmt,...) __attribute__((format(printf, 1, 2)));
+extern void relay_debug(int level, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+extern void relay_log_prefix(const char *target);
+
+/* url.c */
 extern char *relay_url_param(const char *url, const char *name);
 extern char *relay_url_without_query(const char *url);
 extern char *relay_url_decode(const char *s, size_t len);

@@ -433,6 +433,6 @@ webhook_close(RelayTarget *t)
 }
 
 const RelayTransport relay_http = {"http://", webhook_open,
-	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit};
+	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit, NULL};
 const RelayTransport relay_https = {"https://", webhook_open,
-	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit};
+	webhook_start_batch, webhook_finish_batch, webhook_close, webhook_batch_limit, NULL};

@@ -1,0 +1,49 @@
+/*-------------------------------------------------------------------------
+ *
+ * daemon.h
+ *	  inbox-relay: what the supervisor (inbox-relay.c) shares with the
+ *	  loop of its children (loop.c) and the table of transports
+ *	  (transports.c).  The transports never include it.
+ *
+ * relay/daemon.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef INBOX_RELAY_DAEMON_H
+#define INBOX_RELAY_DAEMON_H
+
+#include <signal.h>
+
+#include <libpq-fe.h>
+
+#include "relay.h"
+
+/* The command line's options, set once by main() before any fork */
+typedef struct RelayOptions
+{
+	const char *conninfo;
+	const char *secrets_path;	/* --secrets, or NULL */
+	int			batch;			/* --batch */
+	int			lease_seconds;	/* --lease */
+	int			wait_seconds;	/* --wait */
+	bool		once;			/* --once */
+} RelayOptions;
+
+extern RelayOptions relay_options;
+
+/* Set by SIGTERM and SIGINT: finish the batches in hand, then exit */
+extern volatile sig_atomic_t relay_stopping;
+
+/* While a child waits in outbox_fetch, SIGTERM cancels it through this */
+extern PGcancel *volatile relay_fetch_cancel;
+
+/* transports.c */
+extern const RelayTransport *relay_transport_for(const char *target);
+extern const char *relay_schemes(char *buf, size_t size);
+
+/* loop.c */
+extern PGconn *relay_connect_db(void);
+extern char *relay_secret_for(const char *target);
+extern int	relay_deliver_target(const char *target);
+
+#endif							/* INBOX_RELAY_DAEMON_H */
