@@ -9,7 +9,11 @@
 #	  LIMIT 100, publish with confirms, DELETE), one process each, the
 #	  sides in an order where each follows each other equally often;
 #	  messages per second and the machine's CPU per message, medians.
-#	  Target: inbox-relay >= 1.0 x the hand-written relay.  A third side,
+#	  Target: inbox-relay >= 1.0 x the hand-written relay, and >= 0.95 x
+#	  the relay of BENCH_RELAY_BASELINE (42e5910 by default: side "base",
+#	  built here from git archive, draining into this extension).  Side
+#	  "metrics" is inbox-relay serving --metrics, scraped twice a second
+#	  during its drain: what the endpoint costs.  A third side,
 #	  "ordered", is the same hand-written relay keeping inbox-relay's order per key (hand_relay.c
 #	  ordered: only each key's oldest message in a batch), for the record,
 #	  and so is a fourth, "headers": inbox-relay to a target whose URL says
@@ -24,6 +28,7 @@
 #	  postgresql:// target, a database of the same cluster; messages per
 #	  second, for the record (no baseline, no target).
 #
+# BENCH_RELAY_BASELINE names the baseline's revision ("" for none).
 # A private RabbitMQ on loopback, stopped with the cluster.  Skipped, with
 # one line, without inbox-relay, rabbitmq-server or python3-pika.
 #
@@ -146,11 +151,31 @@ cc -O2 -o "$work/hand_relay" "$here/hand_relay.c" -I"$(pg_config --includedir)" 
 	-L"$(pg_config --libdir)" -lpq -lrabbitmq || fail "hand_relay.c did not build"
 rl_pika purge relay-bench >/dev/null
 
+# The baseline's relay, from git archive of its relay/ alone
+rl_base_rev=${BENCH_RELAY_BASELINE-42e5910}
+rl_base_bin=""
+if [ -n "$rl_base_rev" ]; then
+	mkdir -p "$work/base-relay"
+	if git -C "$here/../.." -c safe.directory='*' archive "$rl_base_rev" relay 2>"$work/base-relay.log" |
+		tar -xf - -C "$work/base-relay" &&
+		make -C "$work/base-relay/relay" -s PG_CONFIG="$(command -v pg_config)" >>"$work/base-relay.log" 2>&1; then
+		rl_base_bin=$work/base-relay/relay/inbox-relay
+	else
+		echo "The relay of $rl_base_rev did not build: side base left out ($(tail -n 1 "$work/base-relay.log"))"
+		echo
+	fi
+fi
+rl_metrics_port=$(rl_port)
+
 # Each side's topic and target (inbox-relay) or table (hand_relay.c);
 # side pg, another database's inbox, is drained after the latency run
 rl_pg_target="postgresql:///relay_inbox?scope=mirror"
-declare -A rl_topic=([inbox]=relaybench [headers]=relayheaders [pg]=relaymirror)
-declare -A rl_to=([inbox]=$rl_target [headers]=$rl_headers_target [pg]=$rl_pg_target)
+declare -A rl_topic=([inbox]=relaybench [base]=relaybench [metrics]=relaybench
+	[headers]=relayheaders [pg]=relaymirror)
+declare -A rl_to=([inbox]=$rl_target [base]=$rl_target [metrics]=$rl_target
+	[headers]=$rl_headers_target [pg]=$rl_pg_target)
+declare -A rl_exe=([inbox]=$rl_bin [base]=$rl_base_bin [metrics]=$rl_bin [headers]=$rl_bin [pg]=$rl_bin)
+declare -A rl_extra=([metrics]="--metrics=127.0.0.1:$rl_metrics_port")
 declare -A rl_table=([hand]=hand_relay_outbox [ordered]=hand_ordered_outbox)
 
 # rl_fill SIDE: rl_messages messages pending on 1,000 keys
@@ -213,19 +238,31 @@ rl_busy()
 # process, whatever else the machine was doing at the time
 rl_drain()
 {
-	local t0 t1 before got b0 b1
+	local t0 t1 before got b0 b1 scraper=""
 	before=$([ "$1" = pg ] && rl_delivered pg || echo 0)
+	if [ "$1" = metrics ]; then
+		(while :; do
+			curl -s "http://127.0.0.1:$rl_metrics_port/metrics" >/dev/null
+			sleep 0.5
+		done) &
+		scraper=$!
+	fi
 	b0=$(rl_busy)
 	t0=$(date +%s.%N)
 	if [ -n "${rl_topic[$1]:-}" ]; then
-		"$rl_bin" --once --batch=100 --secrets="$work/relay.secrets" --target="${rl_to[$1]}" \
-			"dbname=relay_bench" 2>>"$work/relay.log" || fail "inbox-relay failed: $(tail -n 5 "$work/relay.log")"
+		"${rl_exe[$1]}" --once --batch=100 --secrets="$work/relay.secrets" --target="${rl_to[$1]}" \
+			${rl_extra[$1]:-} "dbname=relay_bench" 2>>"$work/relay.log" ||
+			fail "inbox-relay ($1) failed: $(tail -n 5 "$work/relay.log")"
 	else
 		"$work/hand_relay" "dbname=relay_bench" 127.0.0.1 "$rl_amqp" relay-bench \
 			$([ "$1" = ordered ] && echo ordered) >/dev/null || fail "hand_relay failed"
 	fi
 	t1=$(date +%s.%N)
 	b1=$(rl_busy)
+	if [ -n "$scraper" ]; then
+		kill "$scraper" 2>/dev/null
+		wait "$scraper" 2>/dev/null
+	fi
 	got=$(($(rl_delivered "$1") - before))
 	[ "$got" = "$rl_messages" ] || fail "the $1 relay delivered $got messages, not $rl_messages"
 	awk -v n="$rl_messages" -v a="$t0" -v b="$t1" -v c0="$b0" -v c1="$b1" -v hz="$clk_tck" \
@@ -234,6 +271,10 @@ rl_drain()
 
 declare -A rl_rates=() rl_cpus=()
 rl_sides=(inbox hand ordered headers)
+[ -n "$rl_base_bin" ] && rl_sides+=(base)
+if "$rl_bin" --help | grep -q -- --metrics; then
+	rl_sides+=(metrics)
+fi
 # One uncounted drain of each side first: the broker's queue, the
 # relays' first connections and the tables' first pages are warm for
 # every counted drain.  They end with the circuit's last side (below), so
@@ -279,9 +320,24 @@ echo "| inbox-relay | $rl_inbox_m | $rl_cpu_inbox |"
 echo "| hand-written | $rl_hand_m | $rl_cpu_hand |"
 echo "| hand-written, ordered per key | $rl_ordered_m | $(cpu_median "${rl_cpus[ordered]}") |"
 echo "| inbox-relay, outbox_headers=true | $rl_headers_m | $(cpu_median "${rl_cpus[headers]}") |"
+if [ -n "${rl_rates[base]:-}" ]; then
+	read -r rl_base_m _ _ <<<"$(stats "${rl_rates[base]}")"
+	echo "| inbox-relay of $rl_base_rev | $rl_base_m | $(cpu_median "${rl_cpus[base]}") |"
+fi
+if [ -n "${rl_rates[metrics]:-}" ]; then
+	read -r rl_metrics_m _ _ <<<"$(stats "${rl_rates[metrics]}")"
+	echo "| inbox-relay, --metrics scraped twice a second | $rl_metrics_m | $(cpu_median "${rl_cpus[metrics]}") |"
+fi
 echo
 echo "inbox-relay / hand-written: $rl_ratio (target >= 1.0: $(awk -v r="$rl_ratio" 'BEGIN { print (r >= 1.0) ? "met" : "NOT met" }'))"
 echo "inbox-relay / hand-written ordered per key: $(awk -v a="$rl_inbox_m" -v b="$rl_ordered_m" 'BEGIN { printf "%.3f", a / b }') (no target: the same order per key)"
+if [ -n "${rl_base_m:-}" ]; then
+	rl_base_ratio=$(awk -v a="$rl_inbox_m" -v b="$rl_base_m" 'BEGIN { printf "%.3f", a / b }')
+	echo "inbox-relay / inbox-relay of $rl_base_rev: $rl_base_ratio (target >= 0.95: $(awk -v r="$rl_base_ratio" 'BEGIN { print (r >= 0.95) ? "met" : "NOT met" }'))"
+fi
+if [ -n "${rl_metrics_m:-}" ]; then
+	echo "inbox-relay with --metrics / without: $(awk -v a="$rl_metrics_m" -v b="$rl_inbox_m" 'BEGIN { printf "%.3f", a / b }') (no target: what the endpoint costs)"
+fi
 echo "inbox-relay with outbox_headers=true / hand-written: $(awk -v a="$rl_headers_m" -v b="$rl_hand_m" 'BEGIN { printf "%.3f", a / b }') (no target: with the three outbox-* headers)"
 if [ "$rl_cpu_inbox" != n/a ]; then
 	echo "machine CPU per message, hand-written / inbox-relay: $(awk -v a="$rl_cpu_hand" -v b="$rl_cpu_inbox" 'BEGIN { printf "%.3f", a / b }') (above 1: inbox-relay's delivery costs the machine less)"
