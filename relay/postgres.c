@@ -105,9 +105,9 @@ static bool
 has_group_keys(RelayTarget *t, char *error)
 {
 	PGresult   *res = PQexec(t->conn,
-							 "SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc AS p "
+							 "SELECT pg_catalog.count(*) FILTER (WHERE 'group_keys' OPERATOR(pg_catalog.=) "
+							 "ANY (p.proargnames)), pg_catalog.count(*) FROM pg_catalog.pg_proc AS p "
 							 "WHERE p.proname = 'inbox_receive_many' "
-							 "AND 'group_keys' OPERATOR(pg_catalog.=) ANY (p.proargnames) "
 							 "AND pg_catalog.pg_function_is_visible(p.oid)");
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
@@ -117,7 +117,13 @@ has_group_keys(RelayTarget *t, char *error)
 		PQclear(res);
 		return false;
 	}
-	t->grouped = strcmp(PQgetvalue(res, 0, 0), "0") != 0;
+
+	/*
+	 * No inbox_receive_many in sight at all (not installed, or not on the
+	 * search_path) is no older inbox: each statement fails there with its
+	 * own error, which is the reason recorded.
+	 */
+	t->grouped = strcmp(PQgetvalue(res, 0, 0), "0") != 0 || strcmp(PQgetvalue(res, 0, 1), "0") == 0;
 	PQclear(res);
 	if (!t->grouped)
 		relay_log("the inbox there has no group keys (it is older than 1.1.0): messages are received "
