@@ -35,10 +35,10 @@
  * an answer, are retried (after Retry-After when the answer gives one, in
  * seconds); any other answer is refused: the message is dead once its
  * attempts are spent.  A failure records the status, its reason phrase
- * and the first bytes of the answer's body.  A request that could not go out (the name did
- * not resolve, the connection or the TLS handshake failed) found the
- * target unreachable (RELAY_DOWN), and counts no attempt.  Redirects are
- * not followed.
+ * and the first bytes of the answer's body.  A request that could not go
+ * out (the name did not resolve, the connection or the TLS handshake
+ * failed) found the target unreachable (RELAY_DOWN), and counts no
+ * attempt.  Redirects are not followed.
  *
  * relay/webhook.c
  *
