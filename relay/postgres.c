@@ -26,6 +26,18 @@
  * answered in start_batch, all its statements within --timeout of its
  * start; finish_batch has nothing left to wait for.
  *
+ * A key's order holds there too: each message is received with its
+ * outbox key as its group_key, so that the workers there take a key's
+ * messages one at a time, in the order they were received, which is the
+ * key's order here (a key's next message is fetched only once this one
+ * is acknowledged, so after its receive committed there).  ordered=off in
+ * the URL receives them in no group.  An inbox there older than group
+ * keys (before 1.1.0) is found once per connection, and served without
+ * them, with one line in the log.
+ *
+ * A failure records the other database's reason: its SQLSTATE and
+ * message ("42501: permission denied for function inbox_receive_many").
+ *
  * relay/postgres.c
  *
  *-------------------------------------------------------------------------
@@ -43,14 +55,18 @@ struct RelayTarget
 {
 	PGconn	   *conn;
 	char	   *scope;
+	bool		grouped;		/* the key goes as the message's group_key */
 	struct timeval deadline;	/* --timeout after the batch's start */
 	int			statements;		/* run for the batch so far */
 	long		timeout_ms;		/* the session's statement_timeout */
 };
 
-/* url without its scope parameter, the rest of its query kept */
+/*
+ * url without the parameters the relay reads itself (scope, ordered),
+ * which libpq would refuse, the rest of its query kept
+ */
 static char *
-without_scope(const char *url)
+without_own_params(const char *url)
 {
 	const char *q = strchr(url, '?');
 	char	   *out = malloc(strlen(url) + 1);
@@ -64,7 +80,7 @@ without_scope(const char *url)
 		const char *p = q + 1;
 		const char *end = p + strcspn(p, "&");
 
-		if (!(strncmp(p, "scope=", 6) == 0 && end - p >= 6))
+		if (!(strncmp(p, "scope=", 6) == 0 || strncmp(p, "ordered=", 8) == 0))
 		{
 			out[o++] = first ? '?' : '&';
 			memcpy(out + o, p, end - p);
@@ -77,11 +93,51 @@ without_scope(const char *url)
 	return out;
 }
 
+static void pg_close(RelayTarget *t);
+
+/*
+ * Whether the inbox there takes group keys (1.1.0 and later), asked once
+ * per connection: t->grouped is cleared, with a line in the log, when it
+ * does not, and the messages go in no group.  false, with error filled,
+ * when the question itself failed.
+ */
+static bool
+has_group_keys(RelayTarget *t, char *error)
+{
+	PGresult   *res = PQexec(t->conn,
+							 "SELECT pg_catalog.count(*) FILTER (WHERE 'group_keys' OPERATOR(pg_catalog.=) "
+							 "ANY (p.proargnames)), pg_catalog.count(*) FROM pg_catalog.pg_proc AS p "
+							 "WHERE p.proname = 'inbox_receive_many' "
+							 "AND pg_catalog.pg_function_is_visible(p.oid)");
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "cannot read the functions there: %s", PQerrorMessage(t->conn));
+		error[strcspn(error, "\n")] = '\0';
+		PQclear(res);
+		return false;
+	}
+
+	/*
+	 * No inbox_receive_many in sight at all (not installed, or not on the
+	 * search_path) is no older inbox: each statement fails there with its
+	 * own error, which is the reason recorded.
+	 */
+	t->grouped = strcmp(PQgetvalue(res, 0, 0), "0") != 0 || strcmp(PQgetvalue(res, 0, 1), "0") == 0;
+	PQclear(res);
+	if (!t->grouped)
+		relay_log("the inbox there has no group keys (it is older than 1.1.0): messages are received "
+				  "in no group, and its workers may take a key's messages out of order");
+	return true;
+}
+
 static RelayTarget *
 pg_open(const char *url, const char *secret, char *error)
 {
 	char	   *scope = relay_url_param(url, "scope");
 	char	   *own_options = relay_url_param(url, "options");
+	char	   *ordered;
+	bool		grouped;
 	char	   *dsn;
 
 	/*
@@ -101,9 +157,20 @@ pg_open(const char *url, const char *secret, char *error)
 	{
 		snprintf(error, RELAY_ERROR_SIZE, "a postgresql:// target needs ?scope=SCOPE");
 		free(scope);
+		free(own_options);
 		return NULL;
 	}
-	dsn = without_scope(url);
+	ordered = relay_url_param(url, "ordered");
+	if (ordered != NULL && strcmp(ordered, "on") != 0 && strcmp(ordered, "off") != 0)
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "ordered must be on or off, not \"%.64s\"", ordered);
+		free(ordered);
+		free(scope);
+		return NULL;
+	}
+	grouped = ordered == NULL || strcmp(ordered, "on") == 0;
+	free(ordered);
+	dsn = without_own_params(url);
 	snprintf(timeout, sizeof(timeout), "%d", relay_timeout);
 	options_size = (own_options != NULL ? strlen(own_options) : 0) + 64;
 	options = malloc(options_size);
@@ -134,6 +201,11 @@ pg_open(const char *url, const char *secret, char *error)
 	t->conn = conn;
 	t->scope = scope;
 	t->timeout_ms = relay_timeout * 1000L;
+	if (grouped && !has_group_keys(t, error))
+	{
+		pg_close(t);
+		return NULL;
+	}
 	return t;
 }
 
@@ -146,8 +218,13 @@ static RelayResult
 failure(RelayTarget *t, const PGresult *res, char *error)
 {
 	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	const char *message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
 
-	snprintf(error, RELAY_ERROR_SIZE, "%s", PQerrorMessage(t->conn));
+	/* "42501: permission denied ...", or libpq's own words without one */
+	if (state != NULL && message != NULL)
+		snprintf(error, RELAY_ERROR_SIZE, "%s: %s", state, message);
+	else
+		snprintf(error, RELAY_ERROR_SIZE, "%s", PQerrorMessage(t->conn));
 	error[strcspn(error, "\n")] = '\0';
 	if (PQstatus(t->conn) != CONNECTION_OK || (state != NULL && strncmp(state, "08", 2) == 0))
 		return RELAY_DOWN;
@@ -207,18 +284,24 @@ budget(RelayTarget *t, char *error, RelayResult *outcome)
 static RelayResult
 pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 {
-	const char *params[3] = {t->scope, m->id, m->body};
-	int			lengths[3] = {0, 0, (int) m->body_len};
-	int			formats[3] = {0, 0, m->binary ? 1 : 0};
+	const char *params[4] = {t->scope, m->id, m->body, m->key};
+	int			lengths[4] = {0, 0, (int) m->body_len, 0};
+	int			formats[4] = {0, 0, m->binary ? 1 : 0, 0};
 	PGresult   *res;
 	RelayResult result;
 
 	if (!budget(t, error, &result))
 		return result;
-	res = PQexecParams(t->conn,
-					   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea)"
-					   : "SELECT inbox_receive($1, $2, $3::jsonb)",
-					   3, NULL, params, lengths, formats, 0);
+	if (t->grouped)
+		res = PQexecParams(t->conn,
+						   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea, group_key => $4)"
+						   : "SELECT inbox_receive($1, $2, $3::jsonb, group_key => $4)",
+						   4, NULL, params, lengths, formats, 0);
+	else
+		res = PQexecParams(t->conn,
+						   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea)"
+						   : "SELECT inbox_receive($1, $2, $3::jsonb)",
+						   3, NULL, params, lengths, formats, 0);
 	/* received, or already received: a duplicate */
 	result = PQresultStatus(res) == PGRES_TUPLES_OK ? RELAY_DELIVERED : failure(t, res, error);
 	PQclear(res);
@@ -307,8 +390,9 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 			 RelayResult *results, char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
 {
 	Text		ids = {0},
-				payloads = {0};
-	const char *params[3];
+				payloads = {0},
+				keys = {0};
+	const char *params[4];
 	PGresult   *res = NULL;
 	RelayResult outcome;
 	bool		ran;
@@ -316,28 +400,41 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 
 	text_add(&ids, "{", 1);
 	text_add(&payloads, "{", 1);
+	text_add(&keys, "{", 1);
 	for (i = 0; i < count; i++)
 	{
 		text_add_element(&ids, m[which[i]].id, strlen(m[which[i]].id), false);
 		text_add_element(&payloads, m[which[i]].body, m[which[i]].body_len, binary);
+		text_add_element(&keys, m[which[i]].key, strlen(m[which[i]].key), false);
 	}
 	text_add(&ids, "}", 1);
 	text_add(&payloads, "}", 1);
+	text_add(&keys, "}", 1);
 	ran = budget(t, errors[which[0]], &outcome);
 	if (ran)
 	{
 		params[0] = t->scope;
 		params[1] = ids.data;
 		params[2] = payloads.data;
-		res = PQexecParams(t->conn, binary ?
-						   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-						   "$3::bytea[], on_mismatch => 'return') AS r" :
-						   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-						   "$3::jsonb[], on_mismatch => 'return') AS r",
-						   3, NULL, params, NULL, NULL, 0);
+		params[3] = keys.data;
+		if (t->grouped)
+			res = PQexecParams(t->conn, binary ?
+							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+							   "$3::bytea[], on_mismatch => 'return', group_keys => $4::text[]) AS r" :
+							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+							   "$3::jsonb[], on_mismatch => 'return', group_keys => $4::text[]) AS r",
+							   4, NULL, params, NULL, NULL, 0);
+		else
+			res = PQexecParams(t->conn, binary ?
+							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+							   "$3::bytea[], on_mismatch => 'return') AS r" :
+							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
+							   "$3::jsonb[], on_mismatch => 'return') AS r",
+							   3, NULL, params, NULL, NULL, 0);
 	}
 	free(ids.data);
 	free(payloads.data);
+	free(keys.data);
 	if (ran && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == count)
 	{
 		for (i = 0; i < count; i++)

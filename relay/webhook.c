@@ -9,7 +9,18 @@
  * "v1," and the base64 HMAC-SHA256 of "id.timestamp.body" under it.  The
  * body is the payload: JSON (application/json), or the bytes
  * (application/octet-stream).  Outbox-Topic, Outbox-Key and
- * Outbox-Position say where it comes from.
+ * Outbox-Position say where it comes from, and the message's own headers
+ * follow them.
+ *
+ * Every string of a message is data: a header line is built at its full
+ * length, and a string that would not be one well-formed header (a CR,
+ * LF or other control character in a value, a name outside RFC 9110's
+ * token) makes the request unsent and that message refused, naming what
+ * is wrong.  outbox_send refuses such strings already; this guard keeps a
+ * row written some other way from injecting a header or a request.  A
+ * message header named as one the relay sets, or one that frames the
+ * request (Host, Content-Length, Transfer-Encoding...), is refused the
+ * same way rather than dropped or left to override.
  *
  * A batch's requests go at once, through one multi handle whose
  * connections are kept between batches, at most relay_http_connections of
@@ -23,10 +34,11 @@
  * A 2xx answer is a delivery.  408, 429 and 5xx, and every failure to get
  * an answer, are retried (after Retry-After when the answer gives one, in
  * seconds); any other answer is refused: the message is dead once its
- * attempts are spent.  A request that could not go out (the name did
- * not resolve, the connection or the TLS handshake failed) found the
- * target unreachable (RELAY_DOWN), and counts no attempt.  Redirects are
- * not followed.
+ * attempts are spent.  A failure records the status, its reason phrase
+ * and the first bytes of the answer's body.  A request that could not go
+ * out (the name did not resolve, the connection or the TLS handshake
+ * failed) found the target unreachable (RELAY_DOWN), and counts no
+ * attempt.  Redirects are not followed.
  *
  * relay/webhook.c
  *
@@ -34,6 +46,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -48,6 +61,14 @@
 
 typedef struct OpenBatch OpenBatch;
 
+/*
+ * How much of a failed answer a reason keeps: the status line's reason
+ * phrase and the body's first bytes, marked when cut, which together fit
+ * RELAY_ERROR_SIZE.
+ */
+#define REASON_KEEP 64
+#define BODY_KEEP 200
+
 /* One request of a started batch */
 typedef struct Request
 {
@@ -59,6 +80,10 @@ typedef struct Request
 	char	   *error;
 	int		   *retry_after;
 	bool		done;
+	char		reason[REASON_KEEP + 4];	/* the status line's reason phrase */
+	char		body[BODY_KEEP + 1];	/* the first bytes of the answer's body */
+	size_t		body_len;
+	bool		body_more;		/* the body went on past BODY_KEEP */
 } Request;
 
 /* A started batch: its requests, oldest first in the queue */
@@ -127,14 +152,40 @@ webhook_open(const char *url, const char *secret, char *error)
 	return t;
 }
 
-/* Retry-After in seconds, from the answer's headers */
+/*
+ * Retry-After in seconds, and the reason phrase of the status line, from
+ * the answer's headers.  Each status line (an interim one included)
+ * starts the answer over.
+ */
 static size_t
 on_header(char *buffer, size_t size, size_t n, void *userdata)
 {
-	int		   *retry_after = userdata;
+	Request    *q = userdata;
 	size_t		len = size * n;
 
-	if (len > 12 && strncasecmp(buffer, "Retry-After:", 12) == 0)
+	if (len > 5 && strncmp(buffer, "HTTP/", 5) == 0)
+	{
+		const char *p = memchr(buffer, ' ', len);
+		size_t		o = 0;
+
+		*q->retry_after = -1;
+		q->reason[0] = '\0';
+		/* "HTTP/1.1 404 Not Found": after the version, the code, a space */
+		if (p != NULL)
+			p = memchr(p + 1, ' ', len - (p + 1 - buffer));
+		if (p != NULL)
+		{
+			for (p++; p < buffer + len && *p != '\r' && *p != '\n' && o < REASON_KEEP; p++)
+				q->reason[o++] = *p;
+			if (p < buffer + len && *p != '\r' && *p != '\n')
+			{
+				memcpy(q->reason + o, "...", 3);	/* cut: marked */
+				o += 3;
+			}
+			q->reason[o] = '\0';
+		}
+	}
+	else if (len > 12 && strncasecmp(buffer, "Retry-After:", 12) == 0)
 	{
 		char		value[32];
 		size_t		vlen = len - 12 < sizeof(value) - 1 ? len - 12 : sizeof(value) - 1;
@@ -145,24 +196,200 @@ on_header(char *buffer, size_t size, size_t n, void *userdata)
 		value[vlen] = '\0';
 		s = strtol(value, &end, 10);
 		if (end != value && s >= 0 && s <= 86400)
-			*retry_after = (int) s;
+			*q->retry_after = (int) s;
 	}
 	return len;
 }
 
+/* The answer's body: its first BODY_KEEP bytes kept, for a failure's reason */
 static size_t
-discard(char *ptr, size_t size, size_t n, void *userdata)
+on_body(char *ptr, size_t size, size_t n, void *userdata)
 {
-	return size * n;
+	Request    *q = userdata;
+	size_t		len = size * n;
+	size_t		room = BODY_KEEP - q->body_len;
+
+	if (len > room)
+		q->body_more = true;
+	memcpy(q->body + q->body_len, ptr, len < room ? len : room);
+	q->body_len += len < room ? len : room;
+	return len;
 }
 
-static struct curl_slist *
-add_header(struct curl_slist *list, const char *name, const char *value)
+/*
+ * Append to out, of room bytes, the len bytes of s as one line of
+ * readable text: control characters become spaces, a byte that does not
+ * start a whole UTF-8 sequence becomes '?', so that outbox_fail can
+ * store it whatever the target answered.  cut marks text that went on.
+ */
+static void
+append_text(char *out, size_t room, const char *s, size_t len, bool cut)
 {
-	char		line[1024];
+	size_t		o = strlen(out);
 
-	snprintf(line, sizeof(line), "%s: %s", name, value);
-	return curl_slist_append(list, line);
+	for (size_t i = 0; i < len && o + 4 < room;)
+	{
+		unsigned char c = (unsigned char) s[i];
+		size_t		seq = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 :
+			(c & 0xF8) == 0xF0 ? 4 : 0;
+		size_t		k;
+
+		if (seq == 1)
+		{
+			out[o++] = (c < 0x20 || c == 0x7F) ? ' ' : (char) c;
+			i++;
+			continue;
+		}
+		for (k = 1; seq > 1 && k < seq && i + k < len; k++)
+			if (((unsigned char) s[i + k] & 0xC0) != 0x80)
+				break;
+		if (seq > 1 && k == seq && o + seq + 4 < room)
+		{
+			memcpy(out + o, s + i, seq);
+			o += seq;
+			i += seq;
+		}
+		else if (seq > 1 && i + k == len && cut)
+			break;				/* a sequence the cut split: dropped, and marked */
+		else
+		{
+			out[o++] = '?';
+			i++;
+		}
+	}
+	if (cut && o + 4 < room)
+	{
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+static void
+append_str(char *out, const char *s)
+{
+	append_text(out, RELAY_ERROR_SIZE, s, strlen(s), false);
+}
+
+/*
+ * Why a string cannot be a header's value, or NULL when it can: a value
+ * is one line of visible characters, spaces and tabs (RFC 9110's
+ * field-value), so a CR, a LF or another control character would end the
+ * line or make it malformed.  NUL cannot occur: the strings come from
+ * text columns.
+ */
+static const char *
+value_fault(const char *s)
+{
+	for (; *s; s++)
+	{
+		unsigned char c = (unsigned char) *s;
+
+		if (c == '\r' || c == '\n')
+			return "a CR or LF";
+		if ((c < 0x20 && c != '\t') || c == 0x7F)
+			return "a control character";
+	}
+	return NULL;
+}
+
+/* Whether s is a header name: RFC 9110's token, at least one character */
+static bool
+name_ok(const char *s)
+{
+	if (*s == '\0')
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char) *s) && strchr("!#$%&'*+-.^_`|~", *s) == NULL)
+			return false;
+	return true;
+}
+
+/*
+ * The headers a message's own may not name: those the relay sets, and
+ * those that frame the request or the connection, which a second copy
+ * would make ambiguous.
+ */
+static const char *const reserved_headers[] = {
+	"Content-Type", "Content-Length", "Transfer-Encoding", "Host", "Connection",
+	"Keep-Alive", "Expect", "TE", "Trailer", "Upgrade", "Proxy-Connection",
+	"Idempotency-Key", "webhook-id", "webhook-timestamp", "webhook-signature",
+	"Outbox-Topic", "Outbox-Key", "Outbox-Position", NULL
+};
+
+/*
+ * Whether each string of m can go as a header; false, with the reason in
+ * error, when one cannot, so that the message is refused unsent.
+ */
+static bool
+message_headers_ok(const RelayMessage *m, char *error)
+{
+	const char *const fields[][2] = {
+		{"topic", m->topic}, {"key", m->key}, {"position", m->position}, {"id", m->id}
+	};
+	const char *fault;
+
+	for (int i = 0; i < 4; i++)
+		if ((fault = value_fault(fields[i][1])) != NULL)
+		{
+			snprintf(error, RELAY_ERROR_SIZE, "not sent: the message's %s holds %s, which an HTTP header cannot carry",
+					 fields[i][0], fault);
+			return false;
+		}
+	for (int i = 0; i < m->nheaders; i++)
+	{
+		const char *name = m->header_names[i];
+
+		if (!name_ok(name))
+		{
+			error[0] = '\0';
+			append_str(error, "not sent: the header name \"");
+			append_text(error, RELAY_ERROR_SIZE - 64, name, strlen(name) < 64 ? strlen(name) : 64,
+						strlen(name) > 64);
+			append_str(error, "\" is not an HTTP token");
+			return false;
+		}
+		for (int r = 0; reserved_headers[r] != NULL; r++)
+			if (strcasecmp(name, reserved_headers[r]) == 0)
+			{
+				snprintf(error, RELAY_ERROR_SIZE, "not sent: the header %s is the relay's or frames the request, "
+						 "and a message may not set it", reserved_headers[r]);
+				return false;
+			}
+		if ((fault = value_fault(m->header_values[i])) != NULL)
+		{
+			snprintf(error, RELAY_ERROR_SIZE, "not sent: the value of header %.64s%s holds %s, which an HTTP header cannot carry",
+					 name, strlen(name) > 64 ? "..." : "", fault);
+			return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * Append the header "name: value" to *list, at its whole length; false
+ * when memory ran out.  An empty value goes as "name;", libcurl's form
+ * for it ("name:" alone would remove the header).
+ */
+static bool
+add_header(struct curl_slist **list, const char *name, const char *value)
+{
+	size_t		size = strlen(name) + strlen(value) + 3;
+	char	   *line = malloc(size);
+	struct curl_slist *longer;
+
+	if (line == NULL)
+		return false;
+	if (*value == '\0')
+		snprintf(line, size, "%s;", name);
+	else
+		snprintf(line, size, "%s: %s", name, value);
+	longer = curl_slist_append(*list, line);
+	free(line);
+	if (longer == NULL)
+		return false;
+	*list = longer;
+	return true;
 }
 
 /*
@@ -174,17 +401,33 @@ request_start(RelayTarget *t, Request *q)
 {
 	const RelayMessage *m = q->m;
 	char		stamp[32];
+	bool		ok = true;
 
+	if (!message_headers_ok(m, q->error))
+	{
+		*q->result = RELAY_REFUSED;
+		q->done = true;
+		return;
+	}
 	snprintf(stamp, sizeof(stamp), "%lld", (long long) time(NULL));
-	q->headers = add_header(q->headers, "Content-Type", m->binary ? "application/octet-stream" : "application/json");
-	q->headers = add_header(q->headers, "Idempotency-Key", m->id);
-	q->headers = add_header(q->headers, "webhook-id", m->id);
-	q->headers = add_header(q->headers, "webhook-timestamp", stamp);
-	q->headers = add_header(q->headers, "Outbox-Topic", m->topic);
-	q->headers = add_header(q->headers, "Outbox-Key", m->key);
-	q->headers = add_header(q->headers, "Outbox-Position", m->position);
-	q->headers = curl_slist_append(q->headers, "Expect:");
-	if (t->key != NULL)
+	ok = ok && add_header(&q->headers, "Content-Type", m->binary ? "application/octet-stream" : "application/json");
+	ok = ok && add_header(&q->headers, "Idempotency-Key", m->id);
+	ok = ok && add_header(&q->headers, "webhook-id", m->id);
+	ok = ok && add_header(&q->headers, "webhook-timestamp", stamp);
+	ok = ok && add_header(&q->headers, "Outbox-Topic", m->topic);
+	ok = ok && add_header(&q->headers, "Outbox-Key", m->key);
+	ok = ok && add_header(&q->headers, "Outbox-Position", m->position);
+	for (int i = 0; ok && i < m->nheaders; i++)
+		ok = add_header(&q->headers, m->header_names[i], m->header_values[i]);
+	if (ok)
+	{
+		struct curl_slist *longer = curl_slist_append(q->headers, "Expect:");
+
+		ok = longer != NULL;
+		if (ok)
+			q->headers = longer;
+	}
+	if (ok && t->key != NULL)
 	{
 		size_t		signed_len = strlen(m->id) + strlen(stamp) + 2 + m->body_len;
 		unsigned char *to_sign = malloc(signed_len);
@@ -199,8 +442,15 @@ request_start(RelayTarget *t, Request *q)
 		HMAC(EVP_sha256(), t->key, t->key_len, to_sign, signed_len, mac, &mac_len);
 		EVP_EncodeBlock(b64, mac, (int) mac_len);
 		snprintf(signature, sizeof(signature), "v1,%s", b64);
-		q->headers = add_header(q->headers, "webhook-signature", signature);
+		ok = add_header(&q->headers, "webhook-signature", signature);
 		free(to_sign);
+	}
+	if (!ok)
+	{
+		snprintf(q->error, RELAY_ERROR_SIZE, "the relay ran out of memory for the request's headers");
+		*q->result = RELAY_RETRY;
+		q->done = true;
+		return;
 	}
 
 	q->curl = curl_easy_init();
@@ -223,8 +473,9 @@ request_start(RelayTarget *t, Request *q)
 	curl_easy_setopt(q->curl, CURLOPT_TIMEOUT, (long) relay_timeout);
 	curl_easy_setopt(q->curl, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(q->curl, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(q->curl, CURLOPT_HEADERDATA, q->retry_after);
-	curl_easy_setopt(q->curl, CURLOPT_WRITEFUNCTION, discard);
+	curl_easy_setopt(q->curl, CURLOPT_HEADERDATA, q);
+	curl_easy_setopt(q->curl, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(q->curl, CURLOPT_WRITEDATA, q);
 	if (curl_multi_add_handle(t->multi, q->curl) != CURLM_OK)
 	{
 		snprintf(q->error, RELAY_ERROR_SIZE, "libcurl could not start a request");
@@ -263,7 +514,18 @@ request_end(Request *q, CURLcode rc)
 		*q->result = RELAY_DELIVERED;
 		return;
 	}
+	/* "HTTP 404 Not Found: " and the body's first bytes, as readable text */
 	snprintf(q->error, RELAY_ERROR_SIZE, "HTTP %ld", status);
+	if (q->reason[0] != '\0')
+	{
+		append_str(q->error, " ");
+		append_str(q->error, q->reason);
+	}
+	if (q->body_len > 0)
+	{
+		append_str(q->error, ": ");
+		append_text(q->error, RELAY_ERROR_SIZE, q->body, q->body_len, q->body_more);
+	}
 	if (status == 408 || status == 429 || status >= 500 || status < 400)
 		*q->result = RELAY_RETRY;
 	else

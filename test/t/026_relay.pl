@@ -332,7 +332,7 @@ is("@k404", '1/404 1/404 2/200', 'k-404: refused at both attempts, dead, then th
 is($node->sql(qq{SELECT d.key || '#' || (d.position - min(m.position) + 1) || ' ' || d.last_error
 		FROM outbox_dead_letters AS d JOIN inbox.outbox_messages AS m USING (topic, key)
 		WHERE d.target = '$webhook' GROUP BY d.key, d.position, d.last_error}),
-	'k-404#1 HTTP 404', 'the refused message is a dead letter, with its error');
+	'k-404#1 HTTP 404 X', 'the refused message is a dead letter, with its error: the status and reason phrase');
 
 # --- a relay killed between delivering and acknowledging ------------------------------
 $node->sql(q{SELECT outbox_send('orders', 'k-slow', '{"n": 1}'::jsonb)});
@@ -447,7 +447,7 @@ $locker->query_safe('ROLLBACK');
 $locker->quit;
 is($node->sql(q{SELECT string_agg(m.key || ': ' || d.last_error, ' | ' ORDER BY m.key)
 		FROM inbox.outbox_deliveries AS d JOIN inbox.outbox_messages AS m USING (id) WHERE m.topic = 'slow'}),
-	's1: ERROR:  canceling statement due to statement timeout | s2: no time left within --timeout for this message',
+	's1: 57014: canceling statement due to statement timeout | s2: no time left within --timeout for this message',
 	'the first statement ends at --timeout, and the second is not run');
 $node->sql("SELECT outbox_unroute('slow', '$pg_slow')");
 
