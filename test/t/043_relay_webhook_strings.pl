@@ -1,4 +1,4 @@
-# test/t/039_relay_webhook_strings.pl
+# test/t/043_relay_webhook_strings.pl
 #
 # Strings are data on a webhook.  A raw-socket sink on 127.0.0.1 keeps the
 # bytes of every connection as they came, and this file parses them
