@@ -25,8 +25,9 @@
  * and is retried rather than lost; a nack is retried too.
  *
  * A message fails alone.  One the broker could not take as frames (a
- * routing key or a header name over 255 bytes, headers over a frame) is
- * refused before it is published.  When the broker closes the channel or
+ * routing key or a header name over 255 bytes, headers over a frame) or
+ * would refuse (a string header CC or BCC) is refused before it is
+ * published.  When the broker closes the channel or
  * the connection because of one (a header it refuses, a payload over its
  * limit), each message still unconfirmed is published again alone, to
  * find that one (recover).  Every failure carries the broker's reason:
@@ -304,9 +305,9 @@ amqp_target_open(const char *url, const char *secret, char *error)
 }
 
 /*
- * Whether the broker can take m as AMQP frames: false, with the reason,
- * for a message whose routing key or a header name is longer than a short
- * string, or whose properties do not fit in one frame.  The library would
+ * Whether the broker can take m: false, with the reason, for a message
+ * whose routing key or a header name is longer than a short string, whose
+ * properties do not fit in one frame, or with a header the broker refuses.  The library would
  * cut a header name's length silently, and send a publish whose content
  * header it then cannot write, and the broker would close the connection
  * under every message in flight; checked before, the message fails alone.
@@ -338,6 +339,17 @@ message_fits(RelayTarget *t, const RelayMessage *m, char *error)
 					 "the header name \"%.*s%s is %zu bytes, over AMQP's %d",
 					 shown_len(m->header_names[i]), m->header_names[i], shown_cut(m->header_names[i]),
 					 strlen(m->header_names[i]), SHORTSTR_MAX);
+			return false;
+		}
+		/*
+		 * RabbitMQ routes a message to the extra routing keys of an array
+		 * header CC or BCC, and closes the channel under a string one.
+		 */
+		if (strcmp(m->header_names[i], "CC") == 0 || strcmp(m->header_names[i], "BCC") == 0)
+		{
+			snprintf(error, RELAY_ERROR_SIZE,
+					 "the header %s is the broker's list of extra routing keys, an array: "
+					 "headers are strings here", m->header_names[i]);
 			return false;
 		}
 		frame += 1 + strlen(m->header_names[i]) + 1 + 4 + strlen(m->header_values[i]);
