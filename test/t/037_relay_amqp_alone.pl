@@ -18,7 +18,10 @@
 #   - hostile strings: every form outbox_send accepts reaches the queue as
 #     exactly one message, its headers intact and none added; a header name
 #     AMQP cannot carry (over 255 bytes), where send takes it, is that
-#     message's own failure.
+#     message's own failure;
+#   - the topology of docs/outbox.md's "RabbitMQ topology": its
+#     rabbitmqadmin declarations, made here through pika, and its route,
+#     pointed at this broker, deliver a message to the queue.
 use strict;
 use warnings;
 use FindBin;
@@ -57,7 +60,7 @@ def text(v):
     return v.decode('utf-8', 'replace') if isinstance(v, bytes) else v
 for op in json.load(sys.stdin):
     if op[0] == 'exchange':
-        ch.exchange_declare(op[1], exchange_type='direct', durable=True)
+        ch.exchange_declare(op[1], exchange_type=op[2] if len(op) > 2 else 'direct', durable=True)
     elif op[0] == 'queue':
         ch.queue_declare(op[1], durable=True, arguments=op[2] if len(op) > 2 else None)
     elif op[0] == 'transient-queue':
@@ -285,5 +288,31 @@ for my $id (sort keys %sent)
 	is_deeply($got{$id}[0]{headers}, $expected{$id}, "$sent{$id}: its headers intact, none added");
 }
 is(scalar(grep { !$sent{$_} } keys %got), 0, 'nothing else reached the queue');
+
+# --- the documented topology ------------------------------------------------------------
+my $page = slurp_file("$FindBin::RealBin/../../docs/outbox.md");
+my ($section) = $page =~ /^## RabbitMQ topology\n(.*?)^## /ms;
+my ($blocks) = InboxTest::markdown_code_blocks($section // '');
+my ($route_sql) = map { $_->{text} } grep { $_->{info} =~ /^sql as=/ } @$blocks;
+my ($admin) = map { $_->{text} } grep { $_->{info} eq 'sh' } @$blocks;
+ok(defined $route_sql && defined $admin, 'docs/outbox.md has the topology section, its route and its declarations');
+my @ops;
+for (split /\n/, $admin // '')
+{
+	if (/declare exchange name=(\S+) type=(\S+)/) { push @ops, [ 'exchange', $1, $2 ] }
+	elsif (/declare queue name=(\S+)/) { push @ops, [ 'queue', $1 ] }
+	elsif (/declare binding source=(\S+) destination=(\S+) routing_key='?([^'\s]+)'?/) { push @ops, [ 'bind', $1, $2, $3 ] }
+	else { fail("a declaration this test does not read: $_") }
+}
+broker(@ops);
+(my $doc_sql = $route_sql // '') =~ s{amqp://relay\@rabbit\.internal/}{amqp://guest\@127.0.0.1:$amqp_port/}g;
+sql($doc_sql);
+my ($doc_topic, $doc_target) = $doc_sql =~ /outbox_route\('([^']+)', '([^']+)'/;
+PostgreSQL::Test::Utils::append_to_file($secrets, "$doc_target guest\n");
+sql("SELECT outbox_send('$doc_topic', 'parcel-7', '{\"n\": 1}'::jsonb)");
+$log = relay_once($doc_target);
+my ($queue) = map { $_->[2] } grep { $_->[0] eq 'bind' } @ops;
+is(join(',', drained_ids($queue)), sql("SELECT id FROM inbox.outbox_messages WHERE topic = '$doc_topic'"),
+	'the documented route and topology deliver a message to the queue') or diag($log);
 
 done_testing();
