@@ -15,19 +15,25 @@
  * every message.
  *
  * The channel is in confirm mode, and a message counts as delivered only
- * once the broker acknowledged it (basic.ack).  A batch (one message per
- * key) is published at once (start_batch), and its confirmations are
- * awaited later (finish_batch): the relay publishes the next batch, whose
- * keys are all others, before it waits for this one's, so that the
- * broker's writes overlap the database's.  Confirmations carry the
- * channel's publish sequence, which places each in its batch.  Messages
- * are published as mandatory: a message no queue would take is returned
- * (basic.return) before its ack, and is retried rather than lost.  A nack
- * is retried; a closed channel or connection fails every open batch, and
- * reopens the target at the next one.  The messages the broker had when
- * it closed them count an attempt; a lost connection, or no confirmation
- * within --timeout, finds the target unreachable (RELAY_DOWN) and counts
- * none.  A broker that stops reading (a resource alarm) can hold a
+ * once the broker acknowledged it (basic.ack; a multiple ack covers the
+ * channel's tags up to its own).  A batch (one message per key) is
+ * published at once (start_batch), and its confirmations are awaited
+ * later (finish_batch): the relay publishes the next batch, whose keys are
+ * all others, before it waits for this one's, so that the broker's writes
+ * overlap the database's.  Messages are published as mandatory: a message
+ * no queue would take is returned (basic.return, NO_ROUTE) before its ack,
+ * and is retried rather than lost; a nack is retried too.
+ *
+ * A message fails alone.  One the broker could not take as frames (a
+ * routing key or a header name over 255 bytes, headers over a frame) or
+ * would refuse (a string header CC or BCC) is refused before it is
+ * published.  When the broker closes the channel or
+ * the connection because of one (a header it refuses, a payload over its
+ * limit), each message still unconfirmed is published again alone, to
+ * find that one (recover).  Every failure carries the broker's reason:
+ * its reply code and text.  A lost connection, or no confirmation within
+ * --timeout, finds the target unreachable (RELAY_DOWN) and counts no
+ * attempt.  A broker that stops reading (a resource alarm) can hold a
  * publish: rabbitmq-c waits for its socket without a deadline.
  *
  * amqps:// is the same over TLS, the broker's certificate and host name
@@ -52,14 +58,23 @@
 #define CHANNEL 1
 #define DEFAULT_CACERT "/etc/ssl/certs/ca-certificates.crt"
 
-/* A batch published and not yet settled: tags first .. first + published - 1 */
+/* The longest AMQP short string: a routing key, an exchange or header name */
+#define SHORTSTR_MAX 255
+
+/* How much of a key an error shows, its length said when it is longer */
+#define SHOWN_MAX 64
+
+/*
+ * A batch started and not yet finished.  tags[i] is message i's publish
+ * sequence on the channel, 0 while it has none there: never published,
+ * settled, or cut off by a close of the channel.
+ */
 typedef struct OpenBatch
 {
 	const RelayMessage *m;
 	int			n;
-	int			published;
-	int			unsettled;		/* of the published */
-	uint64_t	first;
+	int			unsettled;		/* with a tag, awaiting its confirmation */
+	uint64_t   *tags;
 	bool	   *returned;
 	bool	   *settled;
 	RelayResult *results;
@@ -70,6 +85,8 @@ typedef struct OpenBatch
 struct RelayTarget
 {
 	amqp_connection_state_t conn;
+	char	   *url;			/* to connect again after the broker closed it */
+	char	   *secret;
 	char	   *exchange;
 	char	   *routing_key;	/* NULL: the message's key */
 	bool		outbox_headers; /* add outbox-topic, -key and -position */
@@ -77,7 +94,11 @@ struct RelayTarget
 	OpenBatch  *open[RELAY_WINDOW]; /* oldest first */
 	int			nopen;
 	const char *broken;			/* why the connection is unusable, or NULL */
-	bool		refused;		/* the broker closed it: it had the messages */
+	char		broken_text[RELAY_ERROR_SIZE];
+	char		closed[RELAY_ERROR_SIZE];	/* the broker's reason, when it has
+											 * just closed the channel or the
+											 * connection; else "" */
+	bool		closed_connection;
 };
 
 static bool
@@ -91,14 +112,14 @@ reply_ok(amqp_rpc_reply_t reply, const char *what, char *error)
 	{
 		amqp_connection_close_t *c = reply.reply.decoded;
 
-		snprintf(error, RELAY_ERROR_SIZE, "%s: connection closed by the broker: %d %.*s", what,
+		snprintf(error, RELAY_ERROR_SIZE, "%s: the broker closed the connection: %d %.*s", what,
 				 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
 	}
 	else if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
 	{
 		amqp_channel_close_t *c = reply.reply.decoded;
 
-		snprintf(error, RELAY_ERROR_SIZE, "%s: channel closed by the broker: %d %.*s", what,
+		snprintf(error, RELAY_ERROR_SIZE, "%s: the broker closed the channel: %d %.*s", what,
 				 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
 	}
 	else
@@ -106,14 +127,36 @@ reply_ok(amqp_rpc_reply_t reply, const char *what, char *error)
 	return false;
 }
 
+/* The length of s an error shows, and the words that say it was cut */
+static int
+shown_len(const char *s)
+{
+	return strlen(s) > SHOWN_MAX ? SHOWN_MAX : (int) strlen(s);
+}
+
+static const char *
+shown_cut(const char *s)
+{
+	return strlen(s) > SHOWN_MAX ? "...\" (cut)" : "\"";
+}
+
 static void
-amqp_target_close(RelayTarget *t)
+disconnect(RelayTarget *t)
 {
 	if (t->conn != NULL)
 	{
 		amqp_connection_close(t->conn, AMQP_REPLY_SUCCESS);
 		amqp_destroy_connection(t->conn);
+		t->conn = NULL;
 	}
+}
+
+static void
+amqp_target_close(RelayTarget *t)
+{
+	disconnect(t);
+	free(t->url);
+	free(t->secret);
 	free(t->exchange);
 	free(t->routing_key);
 	free(t);
@@ -143,37 +186,40 @@ url_flag(const char *url, const char *name, bool absent, bool *value, char *erro
 	return ok;
 }
 
-static RelayTarget *
-amqp_target_open(const char *url, const char *secret, char *error)
+/* Open the channel, in confirm mode: its publish sequence starts again */
+static bool
+channel_open(RelayTarget *t, char *error)
+{
+	amqp_channel_open(t->conn, CHANNEL);
+	if (!reply_ok(amqp_get_rpc_reply(t->conn), "opening a channel", error))
+		return false;
+	amqp_confirm_select(t->conn, CHANNEL);
+	if (!reply_ok(amqp_get_rpc_reply(t->conn), "publisher confirms", error))
+		return false;
+	t->published = 0;
+	return true;
+}
+
+/* Connect to t's URL, log in and open the channel; false with the reason */
+static bool
+connect_target(RelayTarget *t, char *error)
 {
 	struct amqp_connection_info info;
-	char	   *base = relay_url_without_query(url);
-	RelayTarget *t = calloc(1, sizeof(RelayTarget));
+	char	   *base = relay_url_without_query(t->url);
 	amqp_socket_t *socket;
 	struct timeval timeout = {relay_timeout, 0};
 	int			rc;
-
-	t->exchange = relay_url_param(url, "exchange");
-	if (t->exchange == NULL)
-		t->exchange = strdup("");
-	t->routing_key = relay_url_param(url, "routing_key");
-	if (!url_flag(url, "outbox_headers", false, &t->outbox_headers, error))
-	{
-		free(base);
-		amqp_target_close(t);
-		return NULL;
-	}
+	bool		ok = false;
 
 	amqp_default_connection_info(&info);
 	if (amqp_parse_url(base, &info) != AMQP_STATUS_OK)
 	{
 		snprintf(error, RELAY_ERROR_SIZE, "not an AMQP URL: amqp://user@host:port/vhost?exchange=...&routing_key=...");
 		free(base);
-		amqp_target_close(t);
-		return NULL;
+		return false;
 	}
-	if (secret != NULL)
-		info.password = (char *) secret;
+	if (t->secret != NULL)
+		info.password = t->secret;
 
 	t->conn = amqp_new_connection();
 	/* Login, opening the channel and confirm mode: within --timeout each */
@@ -181,7 +227,7 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	amqp_set_rpc_timeout(t->conn, &timeout);
 	if (info.ssl)
 	{
-		char	   *cacert = relay_url_param(url, "cacert");
+		char	   *cacert = relay_url_param(t->url, "cacert");
 
 		socket = amqp_ssl_socket_new(t->conn);
 		if (socket != NULL)
@@ -194,9 +240,7 @@ amqp_target_open(const char *url, const char *secret, char *error)
 				snprintf(error, RELAY_ERROR_SIZE, "cannot read the CA file \"%s\": %s",
 						 cacert ? cacert : DEFAULT_CACERT, amqp_error_string2(rc));
 				free(cacert);
-				free(base);
-				amqp_target_close(t);
-				return NULL;
+				goto out;
 			}
 		}
 		free(cacert);
@@ -206,34 +250,121 @@ amqp_target_open(const char *url, const char *secret, char *error)
 	if (socket == NULL)
 	{
 		snprintf(error, RELAY_ERROR_SIZE, "cannot create a socket");
-		free(base);
-		amqp_target_close(t);
-		return NULL;
+		goto out;
 	}
 	rc = amqp_socket_open_noblock(socket, info.host, info.port, &timeout);
 	if (rc != AMQP_STATUS_OK)
 	{
 		snprintf(error, RELAY_ERROR_SIZE, "cannot connect to %s:%d: %s", info.host, info.port,
 				 amqp_error_string2(rc));
-		free(base);
 		amqp_destroy_connection(t->conn);
 		t->conn = NULL;
-		amqp_target_close(t);
-		return NULL;
+		goto out;
 	}
-	if (!reply_ok(amqp_login(t->conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
-							 AMQP_SASL_METHOD_PLAIN, info.user, info.password), "login", error) ||
-		(amqp_channel_open(t->conn, CHANNEL),
-		 !reply_ok(amqp_get_rpc_reply(t->conn), "opening a channel", error)) ||
-		(amqp_confirm_select(t->conn, CHANNEL),
-		 !reply_ok(amqp_get_rpc_reply(t->conn), "publisher confirms", error)))
-	{
-		free(base);
-		amqp_target_close(t);
-		return NULL;
-	}
+	ok = reply_ok(amqp_login(t->conn, info.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
+							 AMQP_SASL_METHOD_PLAIN, info.user, info.password), "login", error) &&
+		channel_open(t, error);
+out:
+	if (!ok)
+		disconnect(t);
 	free(base);
+	return ok;
+}
+
+static RelayTarget *
+amqp_target_open(const char *url, const char *secret, char *error)
+{
+	RelayTarget *t = calloc(1, sizeof(RelayTarget));
+
+	t->url = strdup(url);
+	t->secret = secret ? strdup(secret) : NULL;
+	t->exchange = relay_url_param(url, "exchange");
+	if (t->exchange == NULL)
+		t->exchange = strdup("");
+	t->routing_key = relay_url_param(url, "routing_key");
+	if (!url_flag(url, "outbox_headers", false, &t->outbox_headers, error))
+	{
+		amqp_target_close(t);
+		return NULL;
+	}
+	/* The route's own names: every message would fail on them */
+	if (strlen(t->exchange) > SHORTSTR_MAX ||
+		(t->routing_key != NULL && strlen(t->routing_key) > SHORTSTR_MAX))
+	{
+		snprintf(error, RELAY_ERROR_SIZE, "the %s in the URL is over %d bytes",
+				 strlen(t->exchange) > SHORTSTR_MAX ? "exchange" : "routing_key", SHORTSTR_MAX);
+		amqp_target_close(t);
+		return NULL;
+	}
+	if (!connect_target(t, error))
+	{
+		amqp_target_close(t);
+		return NULL;
+	}
 	return t;
+}
+
+/*
+ * Whether the broker can take m: false, with the reason, for a message
+ * whose routing key or a header name is longer than a short string, whose
+ * properties do not fit in one frame, or with a header the broker refuses.  The library would
+ * cut a header name's length silently, and send a publish whose content
+ * header it then cannot write, and the broker would close the connection
+ * under every message in flight; checked before, the message fails alone.
+ */
+static bool
+message_fits(RelayTarget *t, const RelayMessage *m, char *error)
+{
+	const char *routing_key = t->routing_key ? t->routing_key : m->key;
+	/* frame header, class, weight, body size, flags, end */
+	size_t		frame = 7 + 2 + 2 + 8 + 2 + 1;
+	size_t		frame_max = (size_t) amqp_get_frame_max(t->conn);
+	int			i;
+
+	if (strlen(routing_key) > SHORTSTR_MAX)
+	{
+		snprintf(error, RELAY_ERROR_SIZE,
+				 "the routing key (the message's key \"%.*s%s) is %zu bytes, over AMQP's %d: "
+				 "name a routing_key in the route's URL",
+				 shown_len(m->key), m->key, shown_cut(m->key), strlen(m->key), SHORTSTR_MAX);
+		return false;
+	}
+	/* content type, delivery mode, message id, the headers' table */
+	frame += 1 + strlen("application/octet-stream") + 1 + 1 + strlen(m->id) + 4;
+	for (i = 0; i < m->nheaders; i++)
+	{
+		if (strlen(m->header_names[i]) > SHORTSTR_MAX)
+		{
+			snprintf(error, RELAY_ERROR_SIZE,
+					 "the header name \"%.*s%s is %zu bytes, over AMQP's %d",
+					 shown_len(m->header_names[i]), m->header_names[i], shown_cut(m->header_names[i]),
+					 strlen(m->header_names[i]), SHORTSTR_MAX);
+			return false;
+		}
+		/*
+		 * RabbitMQ routes a message to the extra routing keys of an array
+		 * header CC or BCC, and closes the channel under a string one.
+		 */
+		if (strcmp(m->header_names[i], "CC") == 0 || strcmp(m->header_names[i], "BCC") == 0)
+		{
+			snprintf(error, RELAY_ERROR_SIZE,
+					 "the header %s is the broker's list of extra routing keys, an array: "
+					 "headers are strings here", m->header_names[i]);
+			return false;
+		}
+		frame += 1 + strlen(m->header_names[i]) + 1 + 4 + strlen(m->header_values[i]);
+	}
+	if (t->outbox_headers)
+		frame += 3 * (1 + strlen("outbox-position") + 1 + 4) +
+			strlen(m->topic) + strlen(m->key) + strlen(m->position);
+	if (frame > frame_max)
+	{
+		snprintf(error, RELAY_ERROR_SIZE,
+				 "the message's properties and headers take %zu bytes, more than a frame of the broker's (%zu)",
+				 frame, frame_max);
+		return false;
+	}
+	return true;
 }
 
 /* Publish one message, mandatory and persistent; its confirmation is awaited apart */
@@ -281,7 +412,46 @@ publish(RelayTarget *t, const RelayMessage *m)
 	return rc;
 }
 
-/* Settle the messages of the open batches that a confirmation covers */
+static void
+settle(OpenBatch *o, int i, RelayResult result)
+{
+	if (o->tags[i] != 0)
+		o->unsettled--;
+	o->tags[i] = 0;
+	o->settled[i] = true;
+	o->results[i] = result;
+}
+
+/*
+ * Publish message i of o: refused alone when it cannot be framed; a
+ * failed write makes the connection unusable.
+ */
+static void
+publish_one(RelayTarget *t, OpenBatch *o, int i)
+{
+	int			rc;
+
+	if (!message_fits(t, &o->m[i], o->errors[i]))
+	{
+		settle(o, i, RELAY_REFUSED);
+		return;
+	}
+	rc = publish(t, &o->m[i]);
+	if (rc != AMQP_STATUS_OK)
+	{
+		snprintf(o->errors[i], RELAY_ERROR_SIZE, "publish: %s", amqp_error_string2(rc));
+		t->broken = "a publish failed";
+		return;
+	}
+	o->tags[i] = ++t->published;
+	o->returned[i] = false;
+	o->unsettled++;
+}
+
+/*
+ * Settle the messages a confirmation covers: delivery_tag, and with
+ * multiple every earlier tag of the channel not settled yet.
+ */
 static void
 settle_confirmation(RelayTarget *t, bool ack, uint64_t tag, bool multiple)
 {
@@ -292,33 +462,33 @@ settle_confirmation(RelayTarget *t, bool ack, uint64_t tag, bool multiple)
 	{
 		OpenBatch  *o = t->open[b];
 
-		for (i = 0; i < o->published; i++)
+		for (i = 0; i < o->n; i++)
 		{
-			uint64_t	mine = o->first + i;
+			uint64_t	mine = o->tags[i];
 
-			if (o->settled[i] || !(mine == tag || (multiple && mine <= tag)))
+			if (mine == 0 || !(mine == tag || (multiple && mine < tag)))
 				continue;
-			o->settled[i] = true;
-			o->unsettled--;
 			if (ack && !o->returned[i])
-				o->results[i] = RELAY_DELIVERED;
+				settle(o, i, RELAY_DELIVERED);
 			else
 			{
-				o->results[i] = RELAY_RETRY;
-				if (ack)
+				/* A returned message's error holds the broker's reason already */
+				if (!ack)
 					snprintf(o->errors[i], RELAY_ERROR_SIZE,
-							 "no queue took the message (exchange \"%s\", routing key \"%s\")",
-							 t->exchange, t->routing_key ? t->routing_key : o->m[i].key);
-				else
-					snprintf(o->errors[i], RELAY_ERROR_SIZE, "the broker refused the message (nack)");
+							 "the broker refused the message (basic.nack), as a queue does that is full "
+							 "with x-overflow=reject-publish");
+				settle(o, i, RELAY_RETRY);
 			}
 		}
 	}
 }
 
-/* A returned message: it carries no delivery tag, so find it by its id */
+/*
+ * A returned message (basic.return, before its ack): no queue took it.  It
+ * carries no delivery tag, so it is found by its id.
+ */
 static void
-note_return(RelayTarget *t, const amqp_message_t *message)
+note_return(RelayTarget *t, const amqp_basic_return_t *r, const amqp_message_t *message)
 {
 	int			b,
 				i;
@@ -326,73 +496,38 @@ note_return(RelayTarget *t, const amqp_message_t *message)
 	if (!(message->properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG))
 		return;
 	for (b = 0; b < t->nopen; b++)
-		for (i = 0; i < t->open[b]->published; i++)
+		for (i = 0; i < t->open[b]->n; i++)
 		{
-			const char *id = t->open[b]->m[i].id;
+			OpenBatch  *o = t->open[b];
+			const char *id = o->m[i].id;
+			const char *key = t->routing_key ? t->routing_key : o->m[i].key;
 
-			if (message->properties.message_id.len == strlen(id) &&
-				memcmp(message->properties.message_id.bytes, id, strlen(id)) == 0)
-				t->open[b]->returned[i] = true;
+			if (o->tags[i] == 0 || message->properties.message_id.len != strlen(id) ||
+				memcmp(message->properties.message_id.bytes, id, strlen(id)) != 0)
+				continue;
+			o->returned[i] = true;
+			snprintf(o->errors[i], RELAY_ERROR_SIZE,
+					 "%d %.*s: no queue took the message (exchange \"%s\", routing key \"%.*s%s)",
+					 r->reply_code, (int) r->reply_text.len, (char *) r->reply_text.bytes,
+					 t->exchange, shown_len(key), key, shown_cut(key));
 		}
 }
 
 /*
- * Publish a batch, all of it at once; its outcomes stay RELAY_DOWN until
- * finish_batch settles them.  At most RELAY_WINDOW batches are open.
+ * Read the broker's frames until message i of o is settled (every one of
+ * o with i -1), the broker closes the channel or the connection (t->closed
+ * says why), the connection breaks, or o's deadline passes (t->broken).
+ * A close is answered at once, as the protocol wants.
  */
 static void
-amqp_target_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
-						char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+read_frames(RelayTarget *t, OpenBatch *o, int i)
 {
-	OpenBatch  *o = calloc(1, sizeof(OpenBatch));
-	int			i,
-				rc;
-
-	o->m = m;
-	o->n = n;
-	o->first = t->published + 1;
-	o->returned = calloc(n, sizeof(bool));
-	o->settled = calloc(n, sizeof(bool));
-	o->results = results;
-	o->errors = errors;
-	for (i = 0; i < n; i++)
-		results[i] = RELAY_DOWN;
-	for (i = 0; i < n && t->broken == NULL; i++)
-	{
-		rc = publish(t, &m[i]);
-		if (rc != AMQP_STATUS_OK)
-		{
-			snprintf(errors[i], RELAY_ERROR_SIZE, "publish: %s", amqp_error_string2(rc));
-			t->broken = "a publish failed";
-			break;
-		}
-		t->published++;
-		o->published++;
-	}
-	o->unsettled = o->published;
-	gettimeofday(&o->deadline, NULL);
-	o->deadline.tv_sec += relay_timeout;
-	t->open[t->nopen++] = o;
-}
-
-/*
- * Wait for the confirmations of the oldest open batch, noting those of
- * later ones that arrive meanwhile.  What is unconfirmed at the end (the
- * connection broke, or no answer within --timeout of the batch's
- * publication) stays RELAY_DOWN.
- */
-static void
-amqp_target_finish_batch(RelayTarget *t)
-{
-	OpenBatch  *o = t->open[0];
-	struct timeval now;
-	int			i,
-				rc;
-
-	while (o->unsettled > 0 && t->broken == NULL)
+	while ((i < 0 ? o->unsettled > 0 : !o->settled[i]) && t->broken == NULL && t->closed[0] == '\0')
 	{
 		amqp_frame_t frame;
-		struct timeval left;
+		struct timeval now,
+					left;
+		int			rc;
 
 		gettimeofday(&now, NULL);
 		timersub(&o->deadline, &now, &left);
@@ -407,19 +542,34 @@ amqp_target_finish_batch(RelayTarget *t)
 			continue;
 		if (rc != AMQP_STATUS_OK)
 		{
-			t->broken = amqp_error_string2(rc);
+			snprintf(t->broken_text, RELAY_ERROR_SIZE, "%s", amqp_error_string2(rc));
+			t->broken = t->broken_text;
 			break;
 		}
 		switch (frame.payload.method.id)
 		{
 			case AMQP_CHANNEL_CLOSE_METHOD:
-				t->broken = "the broker closed the channel";
-				t->refused = true;
-				break;
+				{
+					amqp_channel_close_t *c = frame.payload.method.decoded;
+					amqp_channel_close_ok_t ok = {0};
+
+					snprintf(t->closed, RELAY_ERROR_SIZE, "the broker closed the channel: %d %.*s",
+							 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
+					t->closed_connection = false;
+					amqp_send_method(t->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+					break;
+				}
 			case AMQP_CONNECTION_CLOSE_METHOD:
-				t->broken = "the broker closed the connection";
-				t->refused = true;
-				break;
+				{
+					amqp_connection_close_t *c = frame.payload.method.decoded;
+					amqp_connection_close_ok_t ok = {0};
+
+					snprintf(t->closed, RELAY_ERROR_SIZE, "the broker closed the connection: %d %.*s",
+							 c->reply_code, (int) c->reply_text.len, (char *) c->reply_text.bytes);
+					t->closed_connection = true;
+					amqp_send_method(t->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+					break;
+				}
 			case AMQP_BASIC_ACK_METHOD:
 				{
 					amqp_basic_ack_t *a = frame.payload.method.decoded;
@@ -436,12 +586,14 @@ amqp_target_finish_batch(RelayTarget *t)
 				}
 			case AMQP_BASIC_RETURN_METHOD:
 				{
+					amqp_basic_return_t r = *(amqp_basic_return_t *) frame.payload.method.decoded;
 					amqp_message_t message;
 
+					/* reply_text stays valid: reading the message reuses no buffer */
 					if (amqp_read_message(t->conn, frame.channel, &message, 0).reply_type ==
 						AMQP_RESPONSE_NORMAL)
 					{
-						note_return(t, &message);
+						note_return(t, &r, &message);
 						amqp_destroy_message(&message);
 					}
 					break;
@@ -450,22 +602,141 @@ amqp_target_finish_batch(RelayTarget *t)
 				break;
 		}
 	}
-	/*
-	 * A message the broker had when it closed the channel or the
-	 * connection was refused by it, and counts an attempt (a message it
-	 * cannot take dies after its attempts); one it never got, or whose
-	 * connection was lost or went unanswered, found it unreachable.
-	 */
+}
+
+/*
+ * After the broker closed the channel or the connection: open it again,
+ * the close's reason forgotten.  false, the connection unusable, when it
+ * cannot be.
+ */
+static bool
+reopen(RelayTarget *t)
+{
+	bool		ok;
+
+	if (t->closed_connection)
+	{
+		amqp_destroy_connection(t->conn);
+		t->conn = NULL;
+		ok = connect_target(t, t->broken_text);
+	}
+	else
+		ok = channel_open(t, t->broken_text);
+	t->closed[0] = '\0';
+	if (!ok)
+		t->broken = t->broken_text;
+	return ok;
+}
+
+/*
+ * The broker closed the channel or the connection under the open
+ * batches, because of one of their messages (a header it refuses, a
+ * payload over its size limit) or of the route (a missing exchange).  The
+ * close took every confirmation still due with it, and the broker dropped
+ * what came after the message it refused.  So each message not settled is
+ * published again alone, and its confirmation awaited: the one the broker
+ * closes the channel under again is that message's own failure, with the
+ * broker's reason, and counts an attempt for it only; the others are
+ * confirmed, returned or nacked on their own.  A message that came before
+ * the refused one and whose confirmation the close cut off may have
+ * reached its queue already: it is published again, as after a lost
+ * connection.
+ */
+static void
+recover(RelayTarget *t)
+{
+	int			b,
+				i;
+
+	for (b = 0; b < t->nopen; b++)
+		for (i = 0; i < t->open[b]->n; i++)
+			if (t->open[b]->tags[i] != 0)
+			{
+				t->open[b]->tags[i] = 0;
+				t->open[b]->unsettled--;
+			}
+	if (!reopen(t))
+		return;
+	for (b = 0; b < t->nopen; b++)
+	{
+		OpenBatch  *o = t->open[b];
+
+		for (i = 0; i < o->n; i++)
+		{
+			if (o->settled[i])
+				continue;
+			o->errors[i][0] = '\0';
+			publish_one(t, o, i);
+			if (t->broken != NULL)
+				return;
+			read_frames(t, o, i);
+			if (t->closed[0] != '\0')
+			{
+				memcpy(o->errors[i], t->closed, RELAY_ERROR_SIZE);
+				settle(o, i, RELAY_REFUSED);
+				if (!reopen(t))
+					return;
+			}
+			else if (t->broken != NULL)
+				return;
+		}
+	}
+}
+
+/*
+ * Publish a batch, all of it at once; its outcomes stay RELAY_DOWN until
+ * finish_batch settles them, but for a message that cannot be framed,
+ * refused at once.  At most RELAY_WINDOW batches are open.
+ */
+static void
+amqp_target_start_batch(RelayTarget *t, const RelayMessage *m, int n, RelayResult *results,
+						char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
+{
+	OpenBatch  *o = calloc(1, sizeof(OpenBatch));
+	int			i;
+
+	(void) retry_after;
+	o->m = m;
+	o->n = n;
+	o->tags = calloc(n, sizeof(uint64_t));
+	o->returned = calloc(n, sizeof(bool));
+	o->settled = calloc(n, sizeof(bool));
+	o->results = results;
+	o->errors = errors;
+	for (i = 0; i < n; i++)
+		results[i] = RELAY_DOWN;
+	gettimeofday(&o->deadline, NULL);
+	o->deadline.tv_sec += relay_timeout;
+	t->open[t->nopen++] = o;
+	for (i = 0; i < n && t->broken == NULL; i++)
+		publish_one(t, o, i);
+}
+
+/*
+ * Wait for the confirmations of the oldest open batch, noting those of
+ * later ones that arrive meanwhile; when the broker closes the channel or
+ * the connection, find the message it refused (recover).  What is
+ * unconfirmed at the end (the connection broke, or no answer within
+ * --timeout of the batch's publication) stays RELAY_DOWN.
+ */
+static void
+amqp_target_finish_batch(RelayTarget *t)
+{
+	OpenBatch  *o = t->open[0];
+	int			i;
+
+	while (t->broken == NULL && o->unsettled > 0)
+	{
+		read_frames(t, o, -1);
+		if (t->closed[0] != '\0')
+			recover(t);
+	}
 	if (t->broken != NULL)
 		for (i = 0; i < o->n; i++)
-			if (!o->settled[i])
-			{
-				if (o->errors[i][0] == '\0')
-					snprintf(o->errors[i], RELAY_ERROR_SIZE, "%s: %s",
-							 i < o->published ? "waiting for the confirmation" : "not published", t->broken);
-				if (t->refused && i < o->published)
-					o->results[i] = RELAY_RETRY;
-			}
+			if (!o->settled[i] && o->errors[i][0] == '\0')
+				snprintf(o->errors[i], RELAY_ERROR_SIZE, "%s: %s",
+						 o->tags[i] != 0 ? "waiting for the confirmation" : "not published", t->broken);
+	free(o->tags);
 	free(o->returned);
 	free(o->settled);
 	free(o);
@@ -473,7 +744,54 @@ amqp_target_finish_batch(RelayTarget *t)
 	memmove(&t->open[0], &t->open[1], t->nopen * sizeof(OpenBatch *));
 }
 
+/*
+ * For "inbox-relay check": the exchange the route publishes to, declared
+ * passively (a missing one is NOT_FOUND); with the default exchange, the
+ * queue that routing_key names, since that exchange delivers to the queue
+ * of the routing key's name.  Nothing is published.  A failed declaration
+ * closes the channel, which is opened again.
+ */
+static bool
+amqp_target_check(RelayTarget *t, const char *url, char *error)
+{
+	char		what[SHORTSTR_MAX + 16];
+
+	(void) url;
+	if (t->exchange[0] != '\0')
+	{
+		snprintf(what, sizeof(what), "exchange \"%s\"", t->exchange);
+		amqp_exchange_declare(t->conn, CHANNEL, amqp_cstring_bytes(t->exchange),
+							  amqp_cstring_bytes("direct"), 1, 0, 0, 0, amqp_empty_table);
+	}
+	else if (t->routing_key != NULL)
+	{
+		snprintf(what, sizeof(what), "queue \"%s\"", t->routing_key);
+		amqp_queue_declare(t->conn, CHANNEL, amqp_cstring_bytes(t->routing_key), 1, 0, 0, 0,
+						   amqp_empty_table);
+	}
+	else
+		return true;
+	if (reply_ok(amqp_get_rpc_reply(t->conn), what, error))
+		return true;
+	{
+		amqp_rpc_reply_t reply = amqp_get_rpc_reply(t->conn);
+
+		if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+			reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+		{
+			amqp_channel_close_ok_t ok = {0};
+
+			amqp_send_method(t->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+			if (!channel_open(t, t->broken_text))
+				t->broken = t->broken_text;
+		}
+		else
+			t->broken = "the check failed";
+	}
+	return false;
+}
+
 const RelayTransport relay_amqp = {"amqp://", amqp_target_open,
-	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL, NULL};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL, amqp_target_check};
 const RelayTransport relay_amqps = {"amqps://", amqp_target_open,
-	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL, NULL};
+	amqp_target_start_batch, amqp_target_finish_batch, amqp_target_close, NULL, amqp_target_check};

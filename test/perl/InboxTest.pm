@@ -476,7 +476,8 @@ sub amqp_queue
 # group, whether it is up).  The caller kills the group (kill 'KILL',
 # -$pgid) in its END block, whatever happened.  With tls => 1 it also
 # listens for amqps, with a certificate for 127.0.0.1 signed by a CA made
-# here: then (AMQP port, group, up, amqps port, the CA's file).
+# here: then (AMQP port, group, up, amqps port, the CA's file).  With
+# conf => TEXT, the lines of TEXT are added to its rabbitmq.conf.
 sub start_rabbitmq
 {
 	my ($rdir, %opts) = @_;
@@ -485,7 +486,7 @@ sub start_rabbitmq
 	  map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 4;
 	mkdir $rdir or die "mkdir $rdir: $!";
 	PostgreSQL::Test::Utils::append_to_file("$rdir/rabbitmq.conf",
-		"listeners.tcp.default = 127.0.0.1:$amqp_port\n");
+		"listeners.tcp.default = 127.0.0.1:$amqp_port\n" . ($opts{conf} // ''));
 	if ($opts{tls})
 	{
 		make_tls_certificates($rdir);

@@ -527,7 +527,7 @@ if ($have_rabbitmq)
 	run_relay_once("--target=$nowhere");
 	is($node->sql(q{SELECT d.state::text || ' ' || d.attempts || ' ' || d.last_error FROM inbox.outbox_deliveries AS d
 		JOIN inbox.outbox_messages AS m USING (id) WHERE m.topic = 'nowhere'}),
-		'p 1 no queue took the message (exchange "", routing key "no-such-queue")',
+		'p 1 312 NO_ROUTE: no queue took the message (exchange "", routing key "no-such-queue")',
 		'a message no queue takes is returned by the broker, and stays pending with the reason');
 }
 
