@@ -406,12 +406,13 @@ is($downstream->safe_psql('postgres', qq{SELECT count(DISTINCT xmin::text) FROM 
 	'1', 'the JSON ones received in one transaction');
 
 # Two payloads of 9 MB: more than one statement carries, so two
-# statements, each message intact
+# statements, each message intact; a longer lease, so that the default
+# timeout leaves a loaded machine time for 18 MB
 $node->sql(q{
 	SELECT outbox_send('mirror', k, decode(repeat(md5(k), 9 * 1024 * 1024 / 16), 'hex'))
 	  FROM (VALUES ('m5'), ('m6')) AS v (k);
 });
-ok(run_relay_once("--target=$pg_target"), 'a relay delivers two large payloads');
+ok(run_relay_once("--target=$pg_target", '--lease=60'), 'a relay delivers two large payloads');
 my $large = $node->sql(q{SELECT string_agg(id::text, ''',''') FROM inbox.outbox_messages WHERE key IN ('m5', 'm6')});
 is($downstream->safe_psql('postgres', qq{SELECT string_agg(md5(payload_bytes), ' ' ORDER BY md5(payload_bytes)),
 		count(DISTINCT xmin::text) FROM inbox.entries WHERE message_id IN ('$large')}),
