@@ -48,6 +48,7 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -55,6 +56,7 @@
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "parser/parse_relation.h"
 #include "storage/itemptr.h"
@@ -62,6 +64,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -79,6 +82,7 @@
 
 PG_FUNCTION_INFO_V1(inbox_uuid_v7);
 PG_FUNCTION_INFO_V1(inbox_outbox_check);
+PG_FUNCTION_INFO_V1(inbox_outbox_check_headers);
 PG_FUNCTION_INFO_V1(inbox_outbox_check_target);
 PG_FUNCTION_INFO_V1(inbox_outbox_wake);
 PG_FUNCTION_INFO_V1(inbox_outbox_generation);
@@ -190,6 +194,43 @@ refuse_null(FunctionCallInfo fcinfo, int argno, const char *argname, const char 
 }
 
 /*
+ * Raise 22023 if t, a topic or a key, holds a control character (Unicode
+ * category Cc: U+0000 to U+001F, U+007F, and U+0080 to U+009F, which
+ * only a UTF-8 database spells as 0xC2 0x80 to 0x9F).  A relay puts
+ * topics and keys into HTTP header fields and AMQP properties, where a CR
+ * or LF would end the field and start another (an injected header, or a
+ * smuggled request) and the others are invalid: a target can carry none
+ * of them, so the send refuses them before anything is written.  One pass
+ * over the bytes, at most the key's limit.
+ */
+static void
+refuse_control(const text *t, const char *argname)
+{
+	const unsigned char *s = (const unsigned char *) VARDATA_ANY(t);
+	int			len = VARSIZE_ANY_EXHDR(t);
+	bool		utf8 = GetDatabaseEncoding() == PG_UTF8;
+
+	for (int i = 0; i < len; i++)
+	{
+		unsigned int cp;
+
+		if (s[i] < 0x20 || s[i] == 0x7F)
+			cp = s[i];
+		else if (utf8 && s[i] == 0xC2 && i + 1 < len && s[i + 1] >= 0x80 && s[i + 1] <= 0x9F)
+			cp = s[i + 1];
+		else
+			continue;
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not contain control characters", argname),
+				 errdetail("The %s \"%s\" has U+%04X at byte %d.",
+						   argname, inbox_quote(t), cp, i + 1),
+				 errhint("Topics and keys travel in message headers, which cannot carry control "
+						 "characters; encode binary identifiers, for example in hex.")));
+	}
+}
+
+/*
  * inbox.outbox_check(topic text, key text, payload_bytes bigint): the
  * checks of a send, before it writes anything.  The outbox stays off a
  * distributed inbox (distributed.c says why).
@@ -200,10 +241,10 @@ inbox_outbox_check(PG_FUNCTION_ARGS)
 	inbox_refuse_if_distributed(INBOX_REFUSE_OUTBOX);
 	refuse_null(fcinfo, 0, "topic",
 				"Every message goes to a topic, which its routes name.");
-	(void) inbox_key_arg(fcinfo, 0, "topic", INBOX_MAX_TOPIC_BYTES);
+	refuse_control(inbox_key_arg(fcinfo, 0, "topic", INBOX_MAX_TOPIC_BYTES), "topic");
 	refuse_null(fcinfo, 1, "key",
 				"A key orders the messages that share it; give every message of one entity the same key.");
-	(void) inbox_key_arg(fcinfo, 1, "key", INBOX_MAX_OUTBOX_KEY_BYTES);
+	refuse_control(inbox_key_arg(fcinfo, 1, "key", INBOX_MAX_OUTBOX_KEY_BYTES), "key");
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -216,6 +257,136 @@ inbox_outbox_check(PG_FUNCTION_ARGS)
 				 errdetail("The payload takes %lld bytes; the limit is %d bytes.",
 						   (long long) PG_GETARG_INT64(2), INBOX_MAX_OUTBOX_PAYLOAD_BYTES),
 				 errhint("Store large content elsewhere and send a reference to it.")));
+	PG_RETURN_VOID();
+}
+
+/* The longest header name a target takes: AMQP's field names are shortstr */
+#define OUTBOX_MAX_HEADER_NAME_BYTES 255
+
+/* What a JSON value is, for the messages below */
+static const char *
+json_kind(const JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvNull:
+			return "null";
+		case jbvString:
+			return "string";
+		case jbvNumeric:
+			return "number";
+		case jbvBool:
+			return "boolean";
+		case jbvBinary:
+			return JsonContainerIsObject(v->val.binary.data) ? "object" : "array";
+		default:
+			return "container";
+	}
+}
+
+/* A header name for a message: quoted, and cut at 64 bytes */
+static char *
+header_name(const JsonbValue *name)
+{
+	int			len = pg_mbcliplen(name->val.string.val, name->val.string.len, 64);
+	char	   *quoted = inbox_quote(cstring_to_text_with_len(name->val.string.val, len));
+
+	return len < name->val.string.len ? psprintf("%s...", quoted) : quoted;
+}
+
+/* Whether c is a tchar of RFC 9110's token, the syntax of a field name */
+static bool
+is_tchar(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		(c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/*
+ * Raise 22023 unless headers is what every target can carry: a JSON
+ * object whose values are strings (no nesting, no numbers: an HTTP field
+ * and an AMQP header table entry of type string hold the same thing),
+ * whose names are RFC 9110 tokens of at most 255 bytes (an HTTP field
+ * name, and an AMQP field name's limit), and whose values hold no CR, LF
+ * or NUL (which would end an HTTP field, or a C string).  Everything else
+ * about a header (a broker that refuses a name, a value too long for a
+ * target) is one target's limit, and that message's own failure there.
+ */
+static void
+check_headers(Jsonb *headers)
+{
+	JsonbIterator *it;
+	JsonbValue	name;
+	JsonbValue	value;
+	JsonbIteratorToken token;
+
+	if (!JB_ROOT_IS_OBJECT(headers))
+	{
+		const char *kind = "array";
+
+		if (JB_ROOT_IS_SCALAR(headers) && JsonbExtractScalar(&headers->root, &value))
+			kind = json_kind(&value);
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object of strings"),
+				 errdetail("They are a JSON %s.", kind),
+				 errhint("Pass headers as {\"name\": \"value\", ...}, or NULL for none.")));
+	}
+	it = JsonbIteratorInit(&headers->root);
+	while ((token = JsonbIteratorNext(&it, &name, true)) != WJB_DONE)
+	{
+		const char *s;
+		int			len;
+
+		if (token != WJB_KEY)
+			continue;
+		(void) JsonbIteratorNext(&it, &value, true);
+		s = name.val.string.val;
+		len = name.val.string.len;
+		if (len > OUTBOX_MAX_HEADER_NAME_BYTES)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header names must be at most %d bytes", OUTBOX_MAX_HEADER_NAME_BYTES),
+					 errdetail("Header \"%s\" is %d bytes long.", header_name(&name), len)));
+		for (int i = 0; i < len; i++)
+		{
+			if (!is_tchar((unsigned char) s[i]))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("header names must be RFC 9110 tokens"),
+						 errdetail("Header \"%s\" has a character other than letters, digits and "
+								   "!#$%%&'*+-.^_`|~ at byte %d.", header_name(&name), i + 1)));
+		}
+		if (len == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header names must be RFC 9110 tokens"),
+					 errdetail("A header name is empty.")));
+		if (value.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("headers must be a JSON object of strings"),
+					 errdetail("Header \"%s\" is a JSON %s.", header_name(&name), json_kind(&value)),
+					 errhint("Give every header's value as a string, such as \"42\" for a number.")));
+		if (memchr(value.val.string.val, '\r', value.val.string.len) != NULL ||
+			memchr(value.val.string.val, '\n', value.val.string.len) != NULL ||
+			memchr(value.val.string.val, '\0', value.val.string.len) != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("header values must not contain CR, LF or NUL"),
+					 errdetail("Header \"%s\" has one.", header_name(&name)),
+					 errhint("A line break would end the header; encode multi-line values.")));
+	}
+}
+
+/*
+ * inbox.outbox_check_headers(headers jsonb): check_headers, for the sends
+ * written in SQL.  STRICT: NULL headers are none.
+ */
+Datum
+inbox_outbox_check_headers(PG_FUNCTION_ARGS)
+{
+	check_headers(PG_GETARG_JSONB_P(0));
 	PG_RETURN_VOID();
 }
 
@@ -312,9 +483,24 @@ inbox_outbox_generation(PG_FUNCTION_ARGS)
 }
 
 /*
+ * While the server can hold prepared transactions, a waiting fetch looks
+ * again at least this often.  A prepared transaction's wake-ups cannot be
+ * kept for its COMMIT PREPARED: that runs in whichever session issues it,
+ * possibly after a restart that emptied shared memory, and PostgreSQL
+ * calls an extension back at neither (its two-phase callbacks are a fixed
+ * table of the core).  A commit that cannot wake the fetch is then found
+ * within this period by the fetch's next look, which costs a waiting
+ * relay one empty fetch per period.  Without max_prepared_transactions,
+ * every commit that makes a message fetchable wakes the fetch, and the
+ * fetch sleeps as long as it may.
+ */
+#define OUTBOX_PREPARED_LOOK_MS 1000
+
+/*
  * inbox.outbox_sleep(target text, generation bigint, until timestamptz):
  * sleep until a commit wakes target's relays, or until, unless a commit
- * already moved the slot past generation.  Cancellable.
+ * already moved the slot past generation; at most OUTBOX_PREPARED_LOOK_MS
+ * where transactions can be prepared.  Cancellable.
  */
 Datum
 inbox_outbox_sleep(PG_FUNCTION_ARGS)
@@ -330,6 +516,8 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 	/* Never longer than a fetch may wait, whatever until says */
 	if (until - now > (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC)
 		until = now + (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC;
+	if (max_prepared_xacts > 0 && until - now > (int64) OUTBOX_PREPARED_LOOK_MS * 1000)
+		until = now + (int64) OUTBOX_PREPARED_LOOK_MS * 1000;
 	TimestampDifference(now, until, &secs, &usecs);
 	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
 	PG_RETURN_VOID();
@@ -372,8 +560,8 @@ static SPIPlanPtr send_with_id_plan = NULL;
 /*
  * inbox.outbox_send(topic, key, payload, headers, id), the implementation
  * behind the entry point of the same name, for a jsonb payload or a bytea
- * one (bytes).  A new id: outbox_check's checks, then one statement.  A
- * caller's id: outbox_write, which makes the same checks.
+ * one (bytes).  A new id: outbox_check's checks and the headers', then
+ * one statement.  A caller's id: outbox_write, which makes the same checks.
  */
 static Datum
 outbox_send(FunctionCallInfo fcinfo, bool bytes)
@@ -395,6 +583,8 @@ outbox_send(FunctionCallInfo fcinfo, bool bytes)
 		check->args[2].value = PG_ARGISNULL(2) ? (Datum) 0 :
 			Int64GetDatum((int64) toast_datum_size(PG_GETARG_DATUM(2)));
 		(void) inbox_outbox_check(check);
+		if (!PG_ARGISNULL(3))
+			check_headers(PG_GETARG_JSONB_P(3));
 	}
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
