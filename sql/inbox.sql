@@ -3551,7 +3551,8 @@ REVOKE ALL ON FUNCTION inbox.citus_drop_tables() FROM PUBLIC;
  * Topics are reserved to roles as scopes are: outbox_send and
  * outbox_send_many are entry points that check the scope grants for their
  * topic (inbox_grant(topic, role)); a topic and a scope of the same name
- * share their grants.  On a database whose inbox is distributed by Citus,
+ * share their grants.  outbox_requeue, which names a message, treats one
+ * of a topic the caller may not act on as absent (inbox.caller_sees).  On a database whose inbox is distributed by Citus,
  * the outbox refuses to run (docs/scale-out.md).
  */
 
