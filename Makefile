@@ -35,6 +35,7 @@ OBJS = \
 	src/purge.o \
 	src/purge_steps.o \
 	src/outbox.o \
+	src/outbox_check.o \
 	src/guard.o \
 	src/window.o \
 	src/groups.o \
