@@ -1423,7 +1423,8 @@ $$;
  * Topics are reserved to roles as scopes are: outbox_send and
  * outbox_send_many are entry points that check the scope grants for their
  * topic (inbox_grant(topic, role)); a topic and a scope of the same name
- * share their grants.  On a database whose inbox is distributed by Citus,
+ * share their grants.  outbox_requeue, which names a message, treats one
+ * of a topic the caller may not act on as absent (inbox.caller_sees).  On a database whose inbox is distributed by Citus,
  * the outbox refuses to run (docs/scale-out.md).
  */
 
@@ -1444,6 +1445,14 @@ CREATE FUNCTION inbox.outbox_check_target(target text)
 RETURNS void
 AS 'MODULE_PATHNAME', 'inbox_outbox_check_target'
 LANGUAGE C VOLATILE
+SET search_path = pg_catalog, pg_temp;
+
+-- The headers every target can carry (src/outbox.c): an object of strings,
+-- whose names are tokens and whose values hold no line break
+CREATE FUNCTION inbox.outbox_check_headers(headers jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_outbox_check_headers'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp;
 
 CREATE FUNCTION inbox.outbox_limits(OUT topic_bytes integer, OUT key_bytes integer,
@@ -1706,6 +1715,7 @@ BEGIN
 	PERFORM inbox.outbox_check(p_topic, p_key,
 							   coalesce(pg_catalog.pg_column_size(p_payload),
 										pg_catalog.pg_column_size(p_bytes)));
+	PERFORM inbox.outbox_check_headers(p_headers);
 	SELECT m.* INTO old FROM inbox.outbox_messages AS m WHERE m.id OPERATOR(pg_catalog.=) p_id;
 	IF FOUND THEN
 		PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
@@ -1733,7 +1743,13 @@ BEGIN
 END
 $$;
 
--- Raise IB002 unless a message already sent with a caller's id is this one
+/*
+ * Raise IB002 unless a message already sent with a caller's id is this
+ * one.  The detail names the key only when the message was sent to the
+ * caller's topic, the one the entry point checked: an id of another
+ * topic, perhaps one reserved to other roles, is answered without its
+ * topic or key.
+ */
 CREATE FUNCTION inbox.outbox_same(old inbox.outbox_messages, p_topic text, p_key text,
 								  p_payload jsonb, p_bytes bytea, p_headers jsonb)
 RETURNS void
@@ -1745,9 +1761,12 @@ BEGIN
 	   IS DISTINCT FROM (p_topic, p_key, p_payload, p_bytes, p_headers) THEN
 		RAISE EXCEPTION 'outbox message % was sent with other content', old.id
 			USING ERRCODE = 'IB002',
-				  DETAIL = pg_catalog.format('It was sent to topic "%s" with key "%s"; its topic, key, '
-											 'payload and headers must all be the same again.',
-											 inbox.quote(old.topic), inbox.quote(old.key)),
+				  DETAIL = CASE WHEN old.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C" THEN
+							   pg_catalog.format('It was sent to this topic with key "%s"; its topic, key, '
+												 'payload and headers must all be the same again.',
+												 inbox.quote(old.key))
+						   ELSE 'It was not sent to this topic; its topic, key, payload and headers '
+								'must all be the same again.' END,
 				  HINT = 'A retried send keeps its id and its content; a new message needs a new id.';
 	END IF;
 END
@@ -1797,6 +1816,13 @@ BEGIN
 			USING ERRCODE = '22004',
 				  HINT = 'Pass two arrays of the same length, empty ones to send nothing.';
 	END IF;
+	-- unnest would flatten a matrix into a list
+	IF pg_catalog.array_ndims(p_keys) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'keys must be a one-dimensional array' USING ERRCODE = '22023';
+	END IF;
+	IF pg_catalog.array_ndims(p_payloads) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'payloads must be a one-dimensional array' USING ERRCODE = '22023';
+	END IF;
 	IF n OPERATOR(pg_catalog.<>) pg_catalog.cardinality(p_payloads) THEN
 		RAISE EXCEPTION 'keys and payloads must have the same length'
 			USING ERRCODE = '22023',
@@ -1815,6 +1841,7 @@ BEGIN
 	END IF;
 	PERFORM inbox.outbox_check(p_topic, u.k, pg_catalog.pg_column_size(u.p))
 	   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads)) AS u(k, p);
+	PERFORM inbox.outbox_check_headers(p_headers);
 	ids := ARRAY(SELECT inbox.uuid_v7() FROM pg_catalog.generate_series(1, n));
 	-- c, the messages of each key: a key with a row takes last + 1 ..
 	-- last + c; one without, r .. r + c - 1, r the clock's reading, read
@@ -2144,6 +2171,9 @@ BEGIN
 		RAISE EXCEPTION 'receipts must not be null'
 			USING ERRCODE = '22004', HINT = 'Pass the receipts outbox_fetch returned with the messages.';
 	END IF;
+	IF pg_catalog.array_ndims(p_receipts) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'receipts must be a one-dimensional array' USING ERRCODE = '22023';
+	END IF;
 	WITH acked AS (
 		DELETE FROM inbox.outbox_deliveries AS d
 		 USING pg_catalog.unnest(p_receipts) AS r(receipt)
@@ -2404,14 +2434,27 @@ COMMENT ON FUNCTION @extschema@.outbox_unroute(text, text) IS
 'stop delivering a topic to a target; its undelivered messages are no longer for it';
 
 /*
+ * inbox.caller_sees(scope): whether the role that called the entry point
+ * may act on the scope (src/access.c, inbox_enter_rows), for outbox_requeue,
+ * which finds its topic in the message's rows.
+ */
+CREATE FUNCTION inbox.caller_sees(scope text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_caller_sees'
+LANGUAGE C STABLE STRICT PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp;
+
+/*
  * Put a dead message back: each of its dead deliveries is pending again,
  * at a new position, the key's next, taken as a send takes one.  So it is
  * delivered after the messages of its key committed before the requeue,
  * and never while one of them is in flight: a key has one message in
  * flight per target, and the positions a target receives in a key only
- * grow.
+ * grow.  A message of a topic reserved to roles the caller has not the
+ * privileges of is no dead letter to it: the same IB005 as an unknown
+ * id, which names no topic.
  */
-CREATE FUNCTION @extschema@.outbox_requeue(id uuid)
+CREATE FUNCTION inbox.outbox_requeue(id uuid)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -2426,7 +2469,8 @@ BEGIN
 	SELECT d.topic, d.key INTO p_topic, p_key FROM inbox.outbox_deliveries AS d
 	 WHERE d.id OPERATOR(pg_catalog.=) p_id AND d.state OPERATOR(pg_catalog.=) 'x'::"char"
 	 LIMIT 1;
-	IF FOUND THEN
+	-- A message's deliveries share its topic
+	IF FOUND AND inbox.caller_sees(p_topic) THEN
 		-- The key's next position, taken under its row as a send takes one
 		-- (the purge may have deleted the row: the clock then starts it)
 		pos := inbox.outbox_next_position(p_topic, p_key);
@@ -2446,6 +2490,14 @@ BEGIN
 	RETURN n;
 END
 $$;
+
+COMMENT ON FUNCTION inbox.outbox_requeue(uuid) IS
+'implementation behind the API function of the same name; call that one';
+
+CREATE FUNCTION @extschema@.outbox_requeue(id uuid)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'inbox_enter_rows'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.outbox_requeue(uuid) IS
 'put a dead outbox message back, at the end of its key, for each target it died for';
@@ -2547,6 +2599,9 @@ REVOKE ALL ON FUNCTION inbox.outbox_position_at(timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_next_position(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_check_headers(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.caller_sees(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_requeue(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_generation(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_receipt_seed(uuid) FROM PUBLIC;

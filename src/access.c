@@ -78,6 +78,8 @@
 PG_FUNCTION_INFO_V1(inbox_enter_scope);
 PG_FUNCTION_INFO_V1(inbox_enter_admin);
 PG_FUNCTION_INFO_V1(inbox_enter_forget);
+PG_FUNCTION_INFO_V1(inbox_enter_rows);
+PG_FUNCTION_INFO_V1(inbox_caller_sees);
 PG_FUNCTION_INFO_V1(inbox_scope_grants_changed);
 PG_FUNCTION_INFO_V1(inbox_scope_visible);
 
@@ -372,6 +374,26 @@ inbox_scope_visible(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The role that called the inbox_enter_rows entry point whose
+ * implementation runs now; InvalidOid outside one.
+ */
+static Oid	rows_caller = InvalidOid;
+
+/*
+ * inbox.caller_sees(scope): whether the role that called the API may act
+ * on the scope, for an implementation that finds its scope in the rows it
+ * reads (see inbox_enter_rows).  Outside such a call, the current role's
+ * answer, as inbox.scope_visible gives it.
+ */
+Datum
+inbox_caller_sees(PG_FUNCTION_ARGS)
+{
+	Oid			role = OidIsValid(rows_caller) ? rows_caller : GetUserId();
+
+	PG_RETURN_BOOL(scope_allowed(PG_GETARG_DATUM(0), role));
+}
+
+/*
  * Raise 42501 unless the current role has the privileges of the owner of
  * the extension's tables (the extension's owner, its members, or a
  * superuser): what an ownership check of those tables tests.
@@ -571,6 +593,35 @@ inbox_enter_scope(PG_FUNCTION_ARGS)
 			PG_RETURN_BOOL(claimed);
 	}
 	return call_impl(fcinfo, entry);
+}
+
+/*
+ * The entry point of an API function that names no scope but acts on rows
+ * that belong to one, such as outbox_requeue(id): the role calling cannot
+ * be checked before the rows are read, and the implementation, which runs
+ * as the owner, no longer knows it.  So the entry point keeps the role
+ * for the call, and the implementation asks inbox.caller_sees(scope)
+ * about each row's scope: a row of a scope the role may not act on is
+ * treated as absent, so that the answer reveals nothing of it.
+ */
+Datum
+inbox_enter_rows(PG_FUNCTION_ARGS)
+{
+	EntryPoint *entry = entry_for(fcinfo);
+	Oid			outer = rows_caller;
+	volatile Datum result = (Datum) 0;
+
+	rows_caller = GetUserId();
+	PG_TRY();
+	{
+		result = call_impl(fcinfo, entry);
+	}
+	PG_FINALLY();
+	{
+		rows_caller = outer;
+	}
+	PG_END_TRY();
+	return result;
 }
 
 /* The entry point of inbox_grant and inbox_revoke */

@@ -2,10 +2,10 @@
  *
  * outbox.c
  *	  The C half of the outbox (sql/inbox.sql, section 11): the setting
- *	  inbox.outbox_retention, time-ordered message ids, the checks of
- *	  topics, keys, payloads and targets, the send's kept statement, the
- *	  wake-ups of waiting relays, the fetch's walk of the keys' heads, the
- *	  receipts, and the purge of sent messages.
+ *	  inbox.outbox_retention, time-ordered message ids, the send's kept
+ *	  statement (after outbox_check.c's checks), the wake-ups of waiting
+ *	  relays, the fetch's walk of the keys' heads, the receipts, and the
+ *	  purge of sent messages.
  *
  * Fetches, acknowledgements and failures are SQL and PL/pgSQL: each is a
  * few index lookups and writes, and the order of a key rests on a row
@@ -48,6 +48,7 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -78,14 +79,11 @@
 #include "wakeup.h"
 
 PG_FUNCTION_INFO_V1(inbox_uuid_v7);
-PG_FUNCTION_INFO_V1(inbox_outbox_check);
-PG_FUNCTION_INFO_V1(inbox_outbox_check_target);
 PG_FUNCTION_INFO_V1(inbox_outbox_wake);
 PG_FUNCTION_INFO_V1(inbox_outbox_generation);
 PG_FUNCTION_INFO_V1(inbox_outbox_sleep);
 PG_FUNCTION_INFO_V1(inbox_outbox_retention);
 PG_FUNCTION_INFO_V1(inbox_outbox_position_at);
-PG_FUNCTION_INFO_V1(inbox_outbox_limits);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_json);
 PG_FUNCTION_INFO_V1(inbox_outbox_send_bytes);
 PG_FUNCTION_INFO_V1(inbox_outbox_heads);
@@ -174,86 +172,6 @@ inbox_uuid_v7(PG_FUNCTION_ARGS)
 }
 
 /* ------------------------------------------------------------------------
- * Checks
- * ------------------------------------------------------------------------
- */
-
-/* Raise 22004 if argument argno, named argname, is NULL */
-static void
-refuse_null(FunctionCallInfo fcinfo, int argno, const char *argname, const char *hint)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", argname),
-				 errhint("%s", hint)));
-}
-
-/*
- * inbox.outbox_check(topic text, key text, payload_bytes bigint): the
- * checks of a send, before it writes anything.  The outbox stays off a
- * distributed inbox (distributed.c says why).
- */
-Datum
-inbox_outbox_check(PG_FUNCTION_ARGS)
-{
-	inbox_refuse_if_distributed(INBOX_REFUSE_OUTBOX);
-	refuse_null(fcinfo, 0, "topic",
-				"Every message goes to a topic, which its routes name.");
-	(void) inbox_key_arg(fcinfo, 0, "topic", INBOX_MAX_TOPIC_BYTES);
-	refuse_null(fcinfo, 1, "key",
-				"A key orders the messages that share it; give every message of one entity the same key.");
-	(void) inbox_key_arg(fcinfo, 1, "key", INBOX_MAX_OUTBOX_KEY_BYTES);
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("payload must not be null"),
-				 errhint("Send an empty object ('{}') for a message without content.")));
-	if (PG_GETARG_INT64(2) > INBOX_MAX_OUTBOX_PAYLOAD_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("payload is too large"),
-				 errdetail("The payload takes %lld bytes; the limit is %d bytes.",
-						   (long long) PG_GETARG_INT64(2), INBOX_MAX_OUTBOX_PAYLOAD_BYTES),
-				 errhint("Store large content elsewhere and send a reference to it.")));
-	PG_RETURN_VOID();
-}
-
-/* inbox.outbox_check_target(target text): a route's or a fetch's target */
-Datum
-inbox_outbox_check_target(PG_FUNCTION_ARGS)
-{
-	inbox_refuse_if_distributed(INBOX_REFUSE_OUTBOX);
-	refuse_null(fcinfo, 0, "target",
-				"A target is the URL a route delivers to, as outbox_route was given it.");
-	(void) inbox_key_arg(fcinfo, 0, "target", INBOX_MAX_TARGET_BYTES);
-	PG_RETURN_VOID();
-}
-
-/*
- * inbox.outbox_limits() -> (topic_bytes, key_bytes, target_bytes,
- * payload_bytes, batch): the limits above, for the regress test that
- * compares them with the tables' CHECK constraints, and for the SQL
- * functions that check a batch.
- */
-Datum
-inbox_outbox_limits(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	Datum		values[5];
-	bool		nulls[5] = {false, false, false, false, false};
-
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "inbox.outbox_limits() must return a record");
-	values[0] = Int32GetDatum(INBOX_MAX_TOPIC_BYTES);
-	values[1] = Int32GetDatum(INBOX_MAX_OUTBOX_KEY_BYTES);
-	values[2] = Int32GetDatum(INBOX_MAX_TARGET_BYTES);
-	values[3] = Int32GetDatum(INBOX_MAX_OUTBOX_PAYLOAD_BYTES);
-	values[4] = Int32GetDatum(INBOX_OUTBOX_MAX_BATCH);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
-}
-
-/* ------------------------------------------------------------------------
  * Waking relays
  * ------------------------------------------------------------------------
  */
@@ -312,9 +230,24 @@ inbox_outbox_generation(PG_FUNCTION_ARGS)
 }
 
 /*
+ * While the server can hold prepared transactions, a waiting fetch looks
+ * again at least this often.  A prepared transaction's wake-ups cannot be
+ * kept for its COMMIT PREPARED: that runs in whichever session issues it,
+ * possibly after a restart that emptied shared memory, and PostgreSQL
+ * calls an extension back at neither (its two-phase callbacks are a fixed
+ * table of the core).  A commit that cannot wake the fetch is then found
+ * within this period by the fetch's next look, which costs a waiting
+ * relay one empty fetch per period.  Without max_prepared_transactions,
+ * every commit that makes a message fetchable wakes the fetch, and the
+ * fetch sleeps as long as it may.
+ */
+#define OUTBOX_PREPARED_LOOK_MS 1000
+
+/*
  * inbox.outbox_sleep(target text, generation bigint, until timestamptz):
  * sleep until a commit wakes target's relays, or until, unless a commit
- * already moved the slot past generation.  Cancellable.
+ * already moved the slot past generation; at most OUTBOX_PREPARED_LOOK_MS
+ * where transactions can be prepared.  Cancellable.
  */
 Datum
 inbox_outbox_sleep(PG_FUNCTION_ARGS)
@@ -330,6 +263,8 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 	/* Never longer than a fetch may wait, whatever until says */
 	if (until - now > (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC)
 		until = now + (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC;
+	if (max_prepared_xacts > 0 && until - now > (int64) OUTBOX_PREPARED_LOOK_MS * 1000)
+		until = now + (int64) OUTBOX_PREPARED_LOOK_MS * 1000;
 	TimestampDifference(now, until, &secs, &usecs);
 	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
 	PG_RETURN_VOID();
@@ -372,8 +307,8 @@ static SPIPlanPtr send_with_id_plan = NULL;
 /*
  * inbox.outbox_send(topic, key, payload, headers, id), the implementation
  * behind the entry point of the same name, for a jsonb payload or a bytea
- * one (bytes).  A new id: outbox_check's checks, then one statement.  A
- * caller's id: outbox_write, which makes the same checks.
+ * one (bytes).  A new id: outbox_check's checks and the headers', then
+ * one statement.  A caller's id: outbox_write, which makes the same checks.
  */
 static Datum
 outbox_send(FunctionCallInfo fcinfo, bool bytes)
@@ -395,6 +330,8 @@ outbox_send(FunctionCallInfo fcinfo, bool bytes)
 		check->args[2].value = PG_ARGISNULL(2) ? (Datum) 0 :
 			Int64GetDatum((int64) toast_datum_size(PG_GETARG_DATUM(2)));
 		(void) inbox_outbox_check(check);
+		if (!PG_ARGISNULL(3))
+			outbox_check_headers(PG_GETARG_DATUM(3));
 	}
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);

@@ -117,8 +117,9 @@ wakeup_shmem_attach(void)
  * A prepared transaction ends as an abort here: it commits later, from
  * whichever session runs COMMIT PREPARED, where nothing is noted, and its
  * messages are found by the waiting takes' next look, at the end of their
- * wait at the latest.  Its notes must not wake anyone at this session's
- * next commit either.
+ * wait at the latest (a waiting outbox_fetch looks every second where
+ * transactions can be prepared: src/outbox.c).  Its notes must not wake
+ * anyone at this session's next commit either.
  */
 void
 wakeup_xact_end(bool commit)

@@ -150,7 +150,7 @@ $node->sql(q{SELECT outbox_route('orders', 'https://hooks.example/orders', '{"ma
 	'publisher_role', q{
 	BEGIN;
 	SELECT outbox_send('orders', 'o-1', '{"n": 1}'::jsonb) IS NOT NULL;
-	SELECT outbox_send('orders', 'o-2', '\x02'::bytea, '{"h": 1}') IS NOT NULL;
+	SELECT outbox_send('orders', 'o-2', '\x02'::bytea, '{"h": "1"}') IS NOT NULL;
 	SELECT cardinality(outbox_send_many('orders', ARRAY['o-3', 'o-4'], ARRAY['{}', '{}']::jsonb[]));
 	COMMIT;
 });

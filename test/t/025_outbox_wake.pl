@@ -3,8 +3,8 @@
 # A relay waiting in outbox_fetch is woken by the commit of a send to its
 # target, not by a send that rolls back, and not by a send to another
 # target; an acknowledgement wakes a relay waiting for the key's next
-# message.  Each wait is 60 seconds: a fetch that returns well before its
-# end was woken.
+# message; COMMIT PREPARED, from another session, ends a wait too.  Each
+# wait is 60 seconds: a fetch that returns well before its end was woken.
 use strict;
 use warnings;
 use FindBin;
@@ -14,7 +14,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-my $node = InboxTest->node('outbox_wake', conf => "inbox.purge_enabled = off\n");
+my $node = InboxTest->node('outbox_wake',
+	conf => "inbox.purge_enabled = off\nmax_prepared_transactions = 2\n");
 my $patience = 90;
 
 $node->sql(q{
@@ -94,6 +95,21 @@ sub relative
 	is($node->sql(qq{SELECT outbox_ack('$receipt')}), 't', 'ack: another session acknowledges the head');
 	is(fetch_result($s, $pid), 'k#2', 'ack: the acknowledgement ends the wait with the key\'s next message');
 	cmp_ok(time - $started, '<', 30, 'ack: well before the wait\'s end');
+}
+
+# A prepared send wakes nobody at its PREPARE, nor at its COMMIT PREPARED,
+# which runs in another session and calls the extension back nowhere: the
+# fetch looks again each second where transactions can be prepared, and
+# finds it then
+{
+	my ($s, $pid) = waiting_fetch('https://a.example/hook', 'prepared');
+	$node->sql(q{BEGIN; SELECT outbox_send('orders', 'p', '{}'::jsonb); PREPARE TRANSACTION 'outbox-wake'});
+	$s->{run}->pump_nb;
+	is($s->{stdout}, '', 'prepared: a prepared send does not end the wait');
+	my $started = time;
+	$node->sql(q{COMMIT PREPARED 'outbox-wake'});
+	is(fetch_result($s, $pid), 'p#1', 'prepared: COMMIT PREPARED ends the wait with the message');
+	cmp_ok(time - $started, '<', 30, 'prepared: well before the wait\'s end');
 }
 
 done_testing();
