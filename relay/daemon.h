@@ -46,4 +46,10 @@ extern PGconn *relay_connect_db(void);
 extern char *relay_secret_for(const char *target);
 extern int	relay_deliver_target(const char *target);
 
+/*
+ * relay_deliver_target's exit status when this relay cannot serve the
+ * target's scheme: not started again while the routes name the target
+ */
+#define RELAY_EXIT_UNSERVED 3
+
 #endif							/* INBOX_RELAY_DAEMON_H */
