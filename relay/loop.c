@@ -250,11 +250,11 @@ batch_read(PGconn *conn, PGresult *res, double fetch_sent)
 		b->retry_after[j] = -1;
 		if (!readable)
 		{
-			const char *why = PQresultErrorMessage(headers);
+			const char *why = headers ? PQresultErrorField(headers, PG_DIAG_MESSAGE_PRIMARY) : NULL;
 
 			b->results[j] = RELAY_REFUSED;
-			snprintf(b->errors[j], RELAY_ERROR_SIZE, "the relay cannot read its headers: %.*s",
-					 (int) strcspn(why, "\n"), why);
+			snprintf(b->errors[j], RELAY_ERROR_SIZE, "the relay cannot read its headers: %s",
+					 why ? why : "no answer");
 			if (PQstatus(conn) != CONNECTION_OK)
 			{
 				b->unsettled[j] = true;
