@@ -41,9 +41,11 @@ extern PGcancel *volatile relay_fetch_cancel;
 extern const RelayTransport *relay_transport_for(const char *target);
 extern const char *relay_schemes(char *buf, size_t size);
 
+/* secrets.c */
+extern char *relay_secret_for(const char *target);
+
 /* loop.c */
 extern PGconn *relay_connect_db(void);
-extern char *relay_secret_for(const char *target);
 extern int	relay_deliver_target(const char *target);
 
 /*

@@ -32,57 +32,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "daemon.h"
 
 PGcancel   *volatile relay_fetch_cancel = NULL;
-
-/*
- * The secret of target in the secrets file, or NULL.  The file is read at
- * each use, so that a changed secret is taken at the next (re)connection.
- */
-char *
-relay_secret_for(const char *target)
-{
-	FILE	   *f;
-	struct stat st;
-	char		line[4096];
-	char	   *found = NULL;
-
-	if (relay_options.secrets_path == NULL)
-		return NULL;
-	if (stat(relay_options.secrets_path, &st) != 0 || (f = fopen(relay_options.secrets_path, "r")) == NULL)
-	{
-		relay_log("cannot read the secrets file \"%s\": %s", relay_options.secrets_path, strerror(errno));
-		return NULL;
-	}
-	if (st.st_mode & (S_IRWXG | S_IRWXO))
-	{
-		relay_log("the secrets file \"%s\" is readable by group or others: not used "
-				  "(chmod 600 it)", relay_options.secrets_path);
-		fclose(f);
-		return NULL;
-	}
-	while (found == NULL && fgets(line, sizeof(line), f) != NULL)
-	{
-		char	   *t = line + strspn(line, " \t");
-		size_t		tlen = strcspn(t, " \t\r\n");
-		char	   *s;
-
-		if (*t == '#' || tlen == 0 || tlen != strlen(target) || strncmp(t, target, tlen) != 0)
-			continue;
-		s = t + tlen;
-		s += strspn(s, " \t");
-		s[strcspn(s, "\r\n")] = '\0';
-		if (*s)
-			found = strdup(s);
-	}
-	fclose(f);
-	return found;
-}
 
 /* A database connection, retried with a backoff until it works or we stop */
 PGconn *
@@ -117,180 +73,6 @@ sqlstate(const PGresult *res)
 	return s ? s : "";
 }
 
-/* The headers jsonb of a message, as name and value pairs */
-static int
-read_headers(PGconn *conn, const char *headers, RelayMessage *m, PGresult **res)
-{
-	const char *params[1] = {headers};
-	int			i;
-
-	*res = PQexecParams(conn, "SELECT h.key, h.value FROM pg_catalog.jsonb_each_text($1::pg_catalog.jsonb) AS h ORDER BY 1",
-						1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(*res) != PGRES_TUPLES_OK)
-		return -1;
-	m->nheaders = PQntuples(*res);
-	m->header_names = calloc(m->nheaders + 1, sizeof(char *));
-	m->header_values = calloc(m->nheaders + 1, sizeof(char *));
-	for (i = 0; i < m->nheaders; i++)
-	{
-		m->header_names[i] = PQgetvalue(*res, i, 0);
-		m->header_values[i] = PQgetisnull(*res, i, 1) ? "" : PQgetvalue(*res, i, 1);
-	}
-	return 0;
-}
-
-/*
- * Column 8: how long after the statement's start the lease ends.  The
- * lease begins when outbox_fetch takes it, which is after it waited for a
- * commit, and the statement starts after the relay sent it: so the time
- * the relay sent the fetch plus this span is never later than the lease's
- * end, whatever the two machines' clocks read.
- */
-#define FETCH_SQL \
-	"SELECT f.id, f.topic, f.key, f.position, f.payload, f.payload_bytes, f.headers, f.receipt, " \
-	"pg_catalog.date_part('epoch', f.lease_until OPERATOR(pg_catalog.-) pg_catalog.statement_timestamp()) " \
-	"FROM outbox_fetch($1, $2::integer, $3::interval, $4::interval) AS f"
-
-/* Seconds on a clock that only goes forward, for leases */
-static double
-monotonic_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/*
- * A fetched batch, and what became of each of its messages.  Those the
- * relay can send come first (nsend); a message whose headers cannot be
- * read follows them, already refused, so that it fails alone.
- */
-typedef struct Batch
-{
-	PGresult   *res;			/* outbox_fetch's rows, which m points into */
-	int			n;
-	int			nsend;			/* m[0 .. nsend - 1] go to the target */
-	double		lease_end;		/* on monotonic_now()'s clock, at the latest */
-	RelayMessage *m;
-	const char **receipts;
-	bool	   *unsettled;		/* left to its lease: no outcome recorded */
-	RelayResult *results;
-	char		(*errors)[RELAY_ERROR_SIZE];
-	int		   *retry_after;
-	PGresult  **headers;
-	unsigned char **bytes;
-} Batch;
-
-/*
- * The fetch's rows, sent at fetch_sent (monotonic_now()).  A message whose
- * headers the database cannot read as a JSON object (outbox_send refuses
- * such headers, but rows older than that check may hold them) is refused
- * alone: its batch-mates go out.  When the connection broke meanwhile,
- * the message is not the cause: it is left to its lease.
- */
-static Batch *
-batch_read(PGconn *conn, PGresult *res, double fetch_sent)
-{
-	Batch	   *b = calloc(1, sizeof(Batch));
-	int			n = PQntuples(res),
-				i,
-				front = 0,
-				back = n - 1;
-
-	b->res = res;
-	b->n = n;
-	b->lease_end = fetch_sent + relay_options.lease_seconds;
-	b->m = calloc(n, sizeof(RelayMessage));
-	b->receipts = calloc(n, sizeof(char *));
-	b->unsettled = calloc(n, sizeof(bool));
-	b->results = calloc(n, sizeof(RelayResult));
-	b->errors = calloc(n, RELAY_ERROR_SIZE);
-	b->retry_after = calloc(n, sizeof(int));
-	b->headers = calloc(n, sizeof(PGresult *));
-	b->bytes = calloc(n, sizeof(unsigned char *));
-	for (i = 0; i < n; i++)
-	{
-		RelayMessage m = {0};
-		PGresult   *headers = NULL;
-		unsigned char *bytes = NULL;
-		bool		readable = true;
-		int			j;
-
-		m.id = PQgetvalue(res, i, 0);
-		m.topic = PQgetvalue(res, i, 1);
-		m.key = PQgetvalue(res, i, 2);
-		m.position = PQgetvalue(res, i, 3);
-		if (!PQgetisnull(res, i, 4))
-		{
-			m.body = PQgetvalue(res, i, 4);
-			m.body_len = PQgetlength(res, i, 4);
-		}
-		else
-		{
-			bytes = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 5), &m.body_len);
-			m.body = (const char *) bytes;
-			m.binary = true;
-		}
-		if (!PQgetisnull(res, i, 8))
-		{
-			double		span = atof(PQgetvalue(res, i, 8));
-
-			if (fetch_sent + span < b->lease_end)
-				b->lease_end = fetch_sent + span;
-		}
-		if (!PQgetisnull(res, i, 6) &&
-			read_headers(conn, PQgetvalue(res, i, 6), &m, &headers) != 0)
-			readable = false;
-		j = readable ? front++ : back--;
-		b->m[j] = m;
-		b->receipts[j] = PQgetvalue(res, i, 7);
-		b->headers[j] = headers;
-		b->bytes[j] = bytes;
-		b->retry_after[j] = -1;
-		if (!readable)
-		{
-			const char *why = headers ? PQresultErrorField(headers, PG_DIAG_MESSAGE_PRIMARY) : NULL;
-
-			b->results[j] = RELAY_REFUSED;
-			snprintf(b->errors[j], RELAY_ERROR_SIZE, "the relay cannot read its headers: %s",
-					 why ? why : "no answer");
-			if (PQstatus(conn) != CONNECTION_OK)
-			{
-				b->unsettled[j] = true;
-				relay_log("reading the headers of message %s failed: %s", m.id, PQerrorMessage(conn));
-			}
-		}
-	}
-	b->nsend = front;
-	return b;
-}
-
-static void
-batch_free(Batch *b)
-{
-	int			i;
-
-	for (i = 0; i < b->n; i++)
-	{
-		free((void *) b->m[i].header_names);
-		free((void *) b->m[i].header_values);
-		PQclear(b->headers[i]);
-		if (b->bytes[i])
-			PQfreemem(b->bytes[i]);
-	}
-	PQclear(b->res);
-	free(b->m);
-	free(b->receipts);
-	free(b->unsettled);
-	free(b->results);
-	free(b->errors);
-	free(b->retry_after);
-	free(b->headers);
-	free(b->bytes);
-	free(b);
-}
-
 /* The state of a target and of its database connection, for one child */
 typedef struct Relay
 {
@@ -304,7 +86,7 @@ typedef struct Relay
 	PGconn	   *ack_conn;		/* where outcomes are recorded */
 	int			acks_sent;		/* in an outbox_ack_many not yet answered */
 	bool		prefetching;	/* an outbox_fetch sent on conn, unanswered */
-	double		prefetch_sent;	/* when it was sent, on monotonic_now()'s clock */
+	double		prefetch_sent;	/* when it was sent, on relay_monotonic_now()'s clock */
 	int			down_delay;		/* seconds between tries of a target that went
 								 * down, 0 while it is up */
 	time_t		retry_at;		/* no fetch before then, while it is down */
@@ -522,7 +304,7 @@ batch_settle(Relay *r, Batch *b)
 		relay_debug(1, "batch of %d settled: %d delivered, %d not", b->n, delivered, b->n - delivered);
 	}
 	record_outcomes(r, b);
-	batch_free(b);
+	relay_batch_free(b);
 	return down;
 }
 
@@ -591,14 +373,14 @@ target_open(Relay *r)
 static void
 batch_deliver(Relay *r, Batch *b)
 {
-	double		left = b->lease_end - monotonic_now();
+	double		left = b->lease_end - relay_monotonic_now();
 
 	if (left < relay_timeout + 1)
 	{
 		relay_log("a batch of %d message(s) is not sent: %.1f s of its lease are left, less than "
 				  "--timeout and a second; its messages are fetched again after the lease",
 				  b->n, left > 0 ? left : 0.0);
-		batch_free(b);
+		relay_batch_free(b);
 		return;
 	}
 	if (b->nsend > 0 && r->open == NULL)
@@ -763,7 +545,7 @@ relay_deliver_target(const char *target)
 			}
 			else
 			{
-				fetch_sent = monotonic_now();
+				fetch_sent = relay_monotonic_now();
 				cancel = PQgetCancel(r.conn);
 				relay_fetch_cancel = cancel;
 				res = PQexecParams(r.conn, FETCH_SQL, 4, NULL, params, NULL, NULL, 0);
@@ -817,7 +599,7 @@ relay_deliver_target(const char *target)
 		fetched = res != NULL;
 		if (fetched)
 		{
-			Batch	   *b = batch_read(r.conn, res, fetch_sent);
+			Batch	   *b = relay_batch_read(r.conn, res, fetch_sent, relay_options.lease_seconds);
 
 			test_pause();
 
@@ -831,7 +613,7 @@ relay_deliver_target(const char *target)
 			if (!relay_stopping && r.open != NULL && PQstatus(r.conn) == CONNECTION_OK)
 			{
 				params[3] = NULL;
-				r.prefetch_sent = monotonic_now();
+				r.prefetch_sent = relay_monotonic_now();
 				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
 												  NULL, NULL, 0) == 1;
 			}
