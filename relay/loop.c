@@ -442,7 +442,7 @@ report_unserved(const char *target)
 	if ((conn = relay_connect_db()) != NULL)
 	{
 		const char *params[2] = {target, error};
-		PGresult   *res = PQexecParams(conn, "SELECT inbox.outbox_report($1, $2)", 2, NULL, params,
+		PGresult   *res = PQexecParams(conn, "SELECT outbox_report($1, $2)", 2, NULL, params,
 									   NULL, NULL, 0);
 
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)

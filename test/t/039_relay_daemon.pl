@@ -13,7 +13,8 @@
 # - a child that fails at once is started again after 1, 2, 4 ... s;
 # - a target of a scheme the relay does not serve is not restarted;
 # - children die with their supervisor (SIGKILL), and a new relay
-#   delivers what they had leased.
+#   delivers what they had leased;
+# - --verbose logs per batch, and twice per delivery.
 use strict;
 use warnings;
 use FindBin;
@@ -214,7 +215,7 @@ $node->sql(q{
 	FROM unnest(ARRAY['kc', 'kd', 'ke']) AS k;
 	UPDATE inbox.outbox_messages SET headers = '[1, 2]' WHERE topic = 'hdr' AND key = 'kd';
 });
-IPC::Run::run([ $relay, '--once', '--lease=5', "--target=$hook", $conninfo ],
+IPC::Run::run([ $relay, '--once', '-vv', '--lease=5', "--target=$hook", $conninfo ],
 	'>', \$out, '2>', \$err, IPC::Run::timeout(60));
 note($err);
 is_deeply([ sort map { $_->[0] } grep { $_->[0] =~ /^k[cde]$/ } sink_lines('/hook') ], [ 'kc', 'ke' ],
@@ -222,6 +223,10 @@ is_deeply([ sort map { $_->[0] } grep { $_->[0] =~ /^k[cde]$/ } sink_lines('/hoo
 is($node->safe_psql('postgres', q{SELECT state::text || ' ' || attempts FROM inbox.outbox_deliveries
 	WHERE topic = 'hdr' AND key = 'kd'}), 'x 1', 'the unreadable message counts one attempt, and is dead');
 like($err, qr/cannot read its headers/, 'the relay says why');
+like($err, qr/batch of 2 sent .*batch of 3 settled: 2 delivered, 1 not/s, '-v: a line per batch');
+is(scalar(() = $err =~ /message \S+ \(key "k[ce]", position \d+\) delivered/g), 2,
+	'-vv: a line per delivered message');
+unlike(log_of($b_log), qr/batch of|delivered$/m, 'without --verbose, neither');
 
 # --- routes picked up and dropped within a second of their change ---------------------------
 # outbox_route and outbox_unroute notify; the NOTIFY beside them stands for
