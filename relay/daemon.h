@@ -18,7 +18,7 @@
 
 #include "relay.h"
 
-/* The command line's options, set once by main() before any fork */
+/* The command line's options, set once by parse_options() before any fork */
 typedef struct RelayOptions
 {
 	const char *conninfo;

@@ -56,7 +56,7 @@ RelayOptions relay_options = {
 	.lease_seconds = 30,
 	.wait_seconds = 10,
 };
-int			relay_timeout = 0;	/* 0: the default, see main() */
+int			relay_timeout = 0;	/* 0: the default, see parse_options() */
 int			relay_http_connections = 16;
 
 static const char *only_targets[MAX_TARGETS];

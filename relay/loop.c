@@ -15,7 +15,9 @@
  * after the lease, to be delivered again under the same id (at least
  * once; the id makes the copy harmless downstream).  A target that has
  * not answered within --timeout (by default half the lease less a second:
- * see main()) is given up on before another relay could take the message.
+ * see parse_options() in inbox-relay.c) is given up on before another
+ * relay could take the message, and a batch is not sent at all once less
+ * than --timeout and a second of its lease is left (batch_deliver).
  *
  * A child waits for work in outbox_fetch with a wait, which the commit of
  * a send to its target wakes: no fixed sleep, and no NOTIFY.  It holds
@@ -408,13 +410,13 @@ static void
 test_pause(void)
 {
 	static const char *path = NULL;
-	static bool read = false;
+	static bool looked = false;
 	bool		said = false;
 
-	if (!read)
+	if (!looked)
 	{
 		path = getenv("INBOX_RELAY_TEST_PAUSE");
-		read = true;
+		looked = true;
 	}
 	while (path != NULL && *path != '\0' && access(path, F_OK) == 0 && !relay_stopping)
 	{
@@ -608,7 +610,7 @@ relay_deliver_target(const char *target)
 			 * leases other keys only, those of the batches in flight being
 			 * leased already.  That batch starts once this one is sent and
 			 * the one before is settled, within --timeout of its lease
-			 * (see main()).
+			 * (see parse_options() in inbox-relay.c).
 			 */
 			if (!relay_stopping && r.open != NULL && PQstatus(r.conn) == CONNECTION_OK)
 			{
