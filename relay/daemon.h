@@ -18,7 +18,7 @@
 
 #include "relay.h"
 
-/* The command line's options, set once by main() before any fork */
+/* The command line's options, set once by parse_options() before any fork */
 typedef struct RelayOptions
 {
 	const char *conninfo;
@@ -41,9 +41,17 @@ extern PGcancel *volatile relay_fetch_cancel;
 extern const RelayTransport *relay_transport_for(const char *target);
 extern const char *relay_schemes(char *buf, size_t size);
 
+/* secrets.c */
+extern char *relay_secret_for(const char *target);
+
 /* loop.c */
 extern PGconn *relay_connect_db(void);
-extern char *relay_secret_for(const char *target);
 extern int	relay_deliver_target(const char *target);
+
+/*
+ * relay_deliver_target's exit status when this relay cannot serve the
+ * target's scheme: not started again while the routes name the target
+ */
+#define RELAY_EXIT_UNSERVED 3
 
 #endif							/* INBOX_RELAY_DAEMON_H */

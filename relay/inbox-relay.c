@@ -6,8 +6,10 @@
  *
  * One process per target: the supervisor reads the targets
  * (outbox_targets(), or those named by --target), starts a child for
- * each, which delivers with the loop of loop.c, starts a child again when
- * it dies, and reads the targets again every --refresh seconds.
+ * each, which delivers with the loop of loop.c, and starts a child again
+ * when it fails, after a backoff.  It reads the targets again when
+ * outbox_route or outbox_unroute notify it (channel inbox_outbox_routes),
+ * and every --refresh seconds besides.  A child dies with its supervisor.
  *
  * Secrets never sit in the database: the routes hold no password, and the
  * relay reads them from its secrets file (--secrets), one line per target,
@@ -20,10 +22,12 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -32,19 +36,50 @@
 
 #include "daemon.h"
 
+#ifndef RELAY_VERSION
+#define RELAY_VERSION "unknown"
+#endif
+
 #define MAX_TARGETS 64
+
+/* A failing child is started again after 1, 2, 4 ... seconds, at most this */
+#define RESTART_DELAY_MAX 60
+
+/* A child that ran this long before it failed starts its backoff afresh */
+#define RAN_WELL_SECONDS 60
+
+/* The channel on which outbox_route and outbox_unroute notify */
+#define ROUTES_CHANNEL "inbox_outbox_routes"
 
 RelayOptions relay_options = {
 	.batch = 100,
 	.lease_seconds = 30,
 	.wait_seconds = 10,
 };
-int			relay_timeout = 0;	/* 0: the default, see main() */
+int			relay_timeout = 0;	/* 0: the default, see parse_options() */
 int			relay_http_connections = 16;
 
 static const char *only_targets[MAX_TARGETS];
 static int	nonly_targets;
 static int	refresh_seconds = 30;
+
+/* A target and its child */
+typedef struct Slot
+{
+	char	   *target;
+	pid_t		pid;			/* its running child, or 0 */
+	bool		listed;			/* the last read of the routes named it */
+	bool		done;			/* its child ended well: started again only by
+								 * a later read of the routes that names it */
+	bool		unserved;		/* a scheme this relay does not serve: not
+								 * started again while the routes name it */
+	int			delay;			/* its last backoff, in seconds; 0 none */
+	time_t		start_at;		/* not started before */
+	time_t		started;
+} Slot;
+
+static Slot slots[MAX_TARGETS];
+static int	nslots;
 
 volatile sig_atomic_t relay_stopping = 0;
 
@@ -64,23 +99,42 @@ on_signal(int signo)
 		(void) PQcancel(relay_fetch_cancel, errbuf, sizeof(errbuf));	/* signal-safe */
 }
 
-/* The targets to deliver to: --target's, or every route's */
-static int
-read_targets(char **targets)
+/*
+ * The supervisor's connection to the database, on which it reads the
+ * routes and listens for their changes; one try, NULL when it fails (the
+ * next read tries again), so that the children are still looked after
+ * while the database is away.
+ */
+static PGconn *
+supervisor_connect(void)
 {
-	PGconn	   *conn;
+	PGconn	   *conn = PQconnectdb(relay_options.conninfo);
+	PGresult   *res;
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		relay_log("cannot connect to the database: %s", PQerrorMessage(conn));
+		PQfinish(conn);
+		return NULL;
+	}
+	PQclear(PQexec(conn, "SET application_name = 'inbox-relay'"));
+	if (relay_options.once)
+		return conn;
+	res = PQexec(conn, "LISTEN " ROUTES_CHANNEL);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		relay_log("LISTEN failed (routes are read every --refresh only): %s", PQerrorMessage(conn));
+	PQclear(res);
+	return conn;
+}
+
+/* The targets of every route, into targets; -1 when they cannot be read */
+static int
+read_targets(PGconn *conn, char **targets)
+{
 	PGresult   *res;
 	int			n = 0,
 				i;
 
-	if (nonly_targets > 0)
-	{
-		for (i = 0; i < nonly_targets; i++)
-			targets[i] = strdup(only_targets[i]);
-		return nonly_targets;
-	}
-	if ((conn = relay_connect_db()) == NULL)
-		return -1;
 	res = PQexec(conn, "SELECT DISTINCT t.target FROM outbox_targets() AS t ORDER BY 1");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -97,8 +151,159 @@ read_targets(char **targets)
 					  PQntuples(res), MAX_TARGETS);
 	}
 	PQclear(res);
-	PQfinish(conn);
 	return n;
+}
+
+/*
+ * Take a fresh read of the targets: a target newly named is picked up; one
+ * no longer named is dropped, and its child asked to stop (SIGTERM: it
+ * finishes the batches in hand).  A child that ended well is started
+ * again when a read names its target.
+ */
+static void
+update_slots(char **fresh, int nfresh)
+{
+	int			i,
+				j;
+
+	for (i = 0; i < nslots; i++)
+	{
+		Slot	   *s = &slots[i];
+
+		for (j = 0; j < nfresh && (fresh[j] == NULL || strcmp(s->target, fresh[j]) != 0); j++)
+			;
+		if (j < nfresh)
+		{
+			free(fresh[j]);
+			fresh[j] = NULL;
+			if (!s->listed)
+			{
+				relay_log("target %s picked up: a route names it", s->target);
+				s->unserved = false;
+				s->delay = 0;
+				s->start_at = 0;
+			}
+			s->listed = true;
+			s->done = false;
+		}
+		else if (s->listed)
+		{
+			relay_log("target %s dropped: no route names it", s->target);
+			s->listed = false;
+			if (s->pid > 0)
+				kill(s->pid, SIGTERM);
+		}
+	}
+	for (j = 0; j < nfresh; j++)
+	{
+		if (fresh[j] == NULL)
+			continue;
+		if (nslots == MAX_TARGETS)
+		{
+			relay_log("no room for target %s: this relay delivers to %d at most; "
+					  "run another with --target", fresh[j], MAX_TARGETS);
+			free(fresh[j]);
+			continue;
+		}
+		relay_log("target %s picked up: a route names it", fresh[j]);
+		memset(&slots[nslots], 0, sizeof(Slot));
+		slots[nslots].target = fresh[j];
+		slots[nslots].listed = true;
+		nslots++;
+	}
+	/* A target no longer named, whose child ended, gives up its slot */
+	for (i = 0; i < nslots;)
+		if (!slots[i].listed && slots[i].pid == 0)
+		{
+			free(slots[i].target);
+			slots[i] = slots[--nslots];
+		}
+		else
+			i++;
+}
+
+/*
+ * Start a child for slot.  It dies with the supervisor: PR_SET_PDEATHSIG
+ * sends it SIGTERM when the supervisor ends, however it ends, so that it
+ * finishes the batches in hand (acknowledging what its target confirmed)
+ * and exits, rather than deliver on, unsupervised, for ever.  SIGTERM, not
+ * SIGKILL: a child is stopped only by someone who means it (a debugger,
+ * SIGSTOP), and ends once continued.  If the supervisor ended before the
+ * child asked for the signal, the child's parent is already another
+ * process: it exits at once.
+ */
+static void
+start_child(Slot *s, pid_t supervisor, PGconn *conn)
+{
+	pid_t		pid = fork();
+
+	if (pid == 0)
+	{
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != supervisor)
+			_exit(1);
+		/* The supervisor's connection is its own: its socket is not used */
+		if (conn != NULL)
+			close(PQsocket(conn));
+		_exit(relay_deliver_target(s->target));
+	}
+	if (pid < 0)
+	{
+		relay_log("fork failed: %s", strerror(errno));
+		s->start_at = time(NULL) + 1;
+		return;
+	}
+	s->pid = pid;
+	s->started = time(NULL);
+	relay_log("target %s: process %d started", s->target, (int) pid);
+}
+
+/*
+ * A child ended.  One that ends well has nothing more to do (--once), was
+ * stopped, or its target has no route any more.  One that fails is
+ * started again after 1, 2, 4 ... seconds, at most RESTART_DELAY_MAX, the
+ * backoff starting afresh once a child ran RAN_WELL_SECONDS: so a target
+ * that fails at once costs five starts in the first half minute, then one
+ * a minute.  Whether it failed.
+ */
+static bool
+child_ended(pid_t pid, int wstatus)
+{
+	int			i;
+
+	for (i = 0; i < nslots; i++)
+	{
+		Slot	   *s = &slots[i];
+		time_t		now = time(NULL);
+
+		if (s->pid != pid)
+			continue;
+		s->pid = 0;
+		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == RELAY_EXIT_UNSERVED)
+		{
+			s->unserved = true;
+			return true;
+		}
+		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+		{
+			s->done = true;
+			return false;
+		}
+		if (relay_options.once)
+		{
+			relay_log("target %s: process %d ended with status %d", s->target, (int) pid, wstatus);
+			s->done = true;
+			return true;
+		}
+		if (now - s->started >= RAN_WELL_SECONDS || s->delay == 0)
+			s->delay = 1;
+		else
+			s->delay = s->delay * 2 < RESTART_DELAY_MAX ? s->delay * 2 : RESTART_DELAY_MAX;
+		s->start_at = now + s->delay;
+		relay_log("target %s: process %d ended with status %d; starting it again in %d s",
+				  s->target, (int) pid, wstatus, s->delay);
+		return true;
+	}
+	return false;
 }
 
 static void
@@ -116,8 +321,11 @@ usage(void)
 		   "  --connections=N     requests in flight at once to an HTTP target, at least 2;\n"
 		   "                      a batch holds half as many messages (default 16)\n"
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
-		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
+		   "  --refresh=SECONDS   how often the routes are read again, besides when a route\n"
+		   "                      changes (default 30)\n"
 		   "  --once              deliver what is due, then exit (or stop at an unreachable target)\n"
+		   "  -v, --verbose       log each batch; given twice, each delivery too\n"
+		   "  --version           show the version and the schemes served, then exit\n"
 		   "  --help              show this help, then exit\n\n"
 		   "CONNINFO is a libpq connection string or URI; several hosts with\n"
 		   "target_session_attrs=read-write follow a failover.\n");
@@ -138,8 +346,13 @@ int_option(const char *name, const char *value, int min, int max)
 	return (int) v;
 }
 
-int
-main(int argc, char **argv)
+/*
+ * Read the command line into relay_options and the supervisor's settings.
+ * Returns -1 when the relay is to run, or the exit status of a command
+ * that ends here (--help, --version, a wrong option).
+ */
+static int
+parse_options(int argc, char **argv)
 {
 	static const struct option options[] = {
 		{"target", required_argument, NULL, 't'},
@@ -151,19 +364,15 @@ main(int argc, char **argv)
 		{"wait", required_argument, NULL, 'w'},
 		{"refresh", required_argument, NULL, 'r'},
 		{"once", no_argument, NULL, 'o'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"version", no_argument, NULL, 'V'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
-	char	   *targets[MAX_TARGETS];
-	pid_t		children[MAX_TARGETS] = {0};
-	int			ntargets = 0;
-	int			c,
-				i,
-				status = 0;
-	time_t		last_read = 0;
-	struct sigaction sa;
+	char		schemes[256];
+	int			c;
 
-	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, "v", options, NULL)) != -1)
 	{
 		switch (c)
 		{
@@ -199,6 +408,13 @@ main(int argc, char **argv)
 			case 'o':
 				relay_options.once = true;
 				break;
+			case 'v':
+				relay_verbose++;
+				break;
+			case 'V':
+				printf("inbox-relay %s\nschemes: %s\n", RELAY_VERSION,
+					   relay_schemes(schemes, sizeof(schemes)));
+				return 0;
 			case 'h':
 				usage();
 				return 0;
@@ -207,6 +423,7 @@ main(int argc, char **argv)
 				return 2;
 		}
 	}
+
 	/*
 	 * A message whose target has not answered when its lease runs out may
 	 * be fetched and delivered by another relay meanwhile: give up first.
@@ -252,6 +469,61 @@ main(int argc, char **argv)
 			return 2;
 		}
 	}
+	return -1;
+}
+
+/*
+ * Wait up to a second for a notification of a route's change on conn (or
+ * just a second without it).  Whether the routes are to be read again;
+ * *conn is closed and set NULL when its connection broke.
+ */
+static bool
+wait_for_routes(PGconn **conn)
+{
+	struct pollfd pfd;
+	PGnotify   *notify;
+	bool		changed = false;
+
+	if (*conn == NULL || PQsocket(*conn) < 0)
+	{
+		sleep(1);
+		return false;
+	}
+	pfd.fd = PQsocket(*conn);
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	if (poll(&pfd, 1, 1000) <= 0)
+		return false;
+	if (PQconsumeInput(*conn) == 0)
+	{
+		relay_log("the connection to the database broke: %s", PQerrorMessage(*conn));
+		PQfinish(*conn);
+		*conn = NULL;
+		return true;
+	}
+	while ((notify = PQnotifies(*conn)) != NULL)
+	{
+		relay_debug(1, "route change notified for target %s", notify->extra);
+		changed = true;
+		PQfreemem(notify);
+	}
+	return changed;
+}
+
+int
+main(int argc, char **argv)
+{
+	PGconn	   *conn = NULL;
+	pid_t		supervisor = getpid();
+	int			i,
+				status = 0;
+	bool		read_due = true;
+	time_t		last_read = 0,
+				read_retry_at = 0;
+	struct sigaction sa;
+
+	if ((i = parse_options(argc, argv)) >= 0)
+		return i;
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
@@ -259,115 +531,82 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	for (i = 0; i < nonly_targets; i++)
+	{
+		slots[nslots].target = strdup(only_targets[i]);
+		slots[nslots++].listed = true;
+	}
+
 	/*
-	 * The parent: a child per target, started again when it dies (not
-	 * with --once, where each child ends when its target has nothing
-	 * pending).
+	 * A child per target, started again when it fails (not with --once,
+	 * where each child ends when its target has nothing pending).
 	 */
 	while (!relay_stopping)
 	{
 		pid_t		pid;
 		int			wstatus;
+		bool		running = false;
+		time_t		now = time(NULL);
 
-		if (!relay_options.once && time(NULL) - last_read >= refresh_seconds)
+		if (nonly_targets == 0 && now >= read_retry_at &&
+			(read_due || (!relay_options.once && now - last_read >= refresh_seconds)))
 		{
 			char	   *fresh[MAX_TARGETS];
-			int			nfresh = read_targets(fresh);
+			int			nfresh = -1;
 
-			last_read = time(NULL);
-
-			/*
-			 * A target whose process ended because its routes are gone,
-			 * and that the routes still do not name, gives up its slot
-			 */
-			for (i = 0; nfresh >= 0 && i < ntargets;)
-			{
-				int			j;
-
-				for (j = 0; j < nfresh && strcmp(targets[i], fresh[j]) != 0; j++)
-					;
-				if (children[i] == -1 && j == nfresh)
-				{
-					free(targets[i]);
-					targets[i] = targets[--ntargets];
-					children[i] = children[ntargets];
-					children[ntargets] = 0;
-				}
-				else
-					i++;
-			}
-			for (i = 0; i < nfresh; i++)
-			{
-				int			j;
-
-				for (j = 0; j < ntargets && strcmp(targets[j], fresh[i]) != 0; j++)
-					;
-				if (j == ntargets && ntargets < MAX_TARGETS)
-					targets[ntargets++] = fresh[i];
-				else
-				{
-					/* A target whose route came back is delivered again */
-					if (j < ntargets && children[j] == -1)
-						children[j] = 0;
-					else if (j == ntargets)
-						relay_log("no room for target %s: this relay delivers to %d at most; "
-								  "run another with --target", fresh[i], MAX_TARGETS);
-					free(fresh[i]);
-				}
-			}
-		}
-		else if (relay_options.once && ntargets == 0)
-		{
-			ntargets = read_targets(targets);
-			if (ntargets < 0)
+			if (conn == NULL)
+				conn = supervisor_connect();
+			if (conn != NULL)
+				nfresh = read_targets(conn, fresh);
+			if (nfresh >= 0)
+				update_slots(fresh, nfresh);
+			else if (relay_options.once)
 				return 1;
-		}
-
-		for (i = 0; i < ntargets; i++)
-		{
-			if (children[i] != 0 || (relay_options.once && children[i] == -1))
-				continue;
-			pid = fork();
-			if (pid == 0)
-				_exit(relay_deliver_target(targets[i]));
-			if (pid < 0)
-				relay_log("fork failed: %s", strerror(errno));
-			else
-				children[i] = pid;
-		}
-
-		pid = waitpid(-1, &wstatus, relay_options.once ? 0 : WNOHANG);
-		if (pid > 0)
-		{
-			/*
-			 * A child that ends well has nothing more to do (--once) or no
-			 * route any more: it is started again only when the routes name
-			 * its target again.  One that fails is started again.
-			 */
-			bool		ended_well = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
-
-			for (i = 0; i < ntargets; i++)
-				if (children[i] == pid)
-					children[i] = (relay_options.once || ended_well) ? -1 : 0;
-			if (!ended_well)
+			else if (conn != NULL && PQstatus(conn) != CONNECTION_OK)
 			{
-				relay_log("a target's process ended with status %d", wstatus);
-				status = 1;
+				PQfinish(conn);
+				conn = NULL;
 			}
-			if (!relay_options.once && !relay_stopping)
-				sleep(1);		/* no tight loop on a target that fails at once */
+			/* A failed read is tried again in a few seconds */
+			last_read = now;
+			read_due = nfresh < 0;
+			if (read_due)
+				read_retry_at = now + 5;
+			if (relay_options.once)
+			{
+				PQfinish(conn);
+				conn = NULL;
+			}
 		}
-		else if (relay_options.once && pid < 0)
+
+		for (i = 0; i < nslots && !relay_stopping; i++)
+		{
+			Slot	   *s = &slots[i];
+
+			if (s->listed && s->pid == 0 && !s->done && !s->unserved && time(NULL) >= s->start_at)
+				start_child(s, supervisor, conn);
+			running |= s->pid > 0;
+		}
+		if (relay_options.once && !running)
 			break;				/* every child ended */
-		else if (!relay_options.once)
-			sleep(1);
+
+		while ((pid = waitpid(-1, &wstatus, relay_options.once ? 0 : WNOHANG)) > 0)
+		{
+			if (child_ended(pid, wstatus))
+				status = 1;
+			if (relay_options.once)
+				break;
+		}
+		if (!relay_options.once && wait_for_routes(&conn))
+			read_due = true;
 	}
 
-	/* Stopping: the children finish the message they deliver, and exit */
-	for (i = 0; i < ntargets; i++)
-		if (children[i] > 0)
-			kill(children[i], SIGTERM);
+	/* Stopping: the children finish the batches in hand, and exit */
+	for (i = 0; i < nslots; i++)
+		if (slots[i].pid > 0)
+			kill(slots[i].pid, SIGTERM);
 	while (wait(NULL) > 0 || errno == EINTR)
 		;
+	PQfinish(conn);
 	return relay_options.once ? status : 0;
 }

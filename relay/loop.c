@@ -15,7 +15,9 @@
  * after the lease, to be delivered again under the same id (at least
  * once; the id makes the copy harmless downstream).  A target that has
  * not answered within --timeout (by default half the lease less a second:
- * see main()) is given up on before another relay could take the message.
+ * see parse_options() in inbox-relay.c) is given up on before another
+ * relay could take the message, and a batch is not sent at all once less
+ * than --timeout and a second of its lease is left (batch_deliver).
  *
  * A child waits for work in outbox_fetch with a wait, which the commit of
  * a send to its target wakes: no fixed sleep, and no NOTIFY.  It holds
@@ -32,57 +34,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "daemon.h"
 
 PGcancel   *volatile relay_fetch_cancel = NULL;
-
-/*
- * The secret of target in the secrets file, or NULL.  The file is read at
- * each use, so that a changed secret is taken at the next (re)connection.
- */
-char *
-relay_secret_for(const char *target)
-{
-	FILE	   *f;
-	struct stat st;
-	char		line[4096];
-	char	   *found = NULL;
-
-	if (relay_options.secrets_path == NULL)
-		return NULL;
-	if (stat(relay_options.secrets_path, &st) != 0 || (f = fopen(relay_options.secrets_path, "r")) == NULL)
-	{
-		relay_log("cannot read the secrets file \"%s\": %s", relay_options.secrets_path, strerror(errno));
-		return NULL;
-	}
-	if (st.st_mode & (S_IRWXG | S_IRWXO))
-	{
-		relay_log("the secrets file \"%s\" is readable by group or others: not used "
-				  "(chmod 600 it)", relay_options.secrets_path);
-		fclose(f);
-		return NULL;
-	}
-	while (found == NULL && fgets(line, sizeof(line), f) != NULL)
-	{
-		char	   *t = line + strspn(line, " \t");
-		size_t		tlen = strcspn(t, " \t\r\n");
-		char	   *s;
-
-		if (*t == '#' || tlen == 0 || tlen != strlen(target) || strncmp(t, target, tlen) != 0)
-			continue;
-		s = t + tlen;
-		s += strspn(s, " \t");
-		s[strcspn(s, "\r\n")] = '\0';
-		if (*s)
-			found = strdup(s);
-	}
-	fclose(f);
-	return found;
-}
 
 /* A database connection, retried with a backoff until it works or we stop */
 PGconn *
@@ -117,122 +75,6 @@ sqlstate(const PGresult *res)
 	return s ? s : "";
 }
 
-/* The headers jsonb of a message, as name and value pairs */
-static int
-read_headers(PGconn *conn, const char *headers, RelayMessage *m, PGresult **res)
-{
-	const char *params[1] = {headers};
-	int			i;
-
-	*res = PQexecParams(conn, "SELECT h.key, h.value FROM pg_catalog.jsonb_each_text($1::pg_catalog.jsonb) AS h ORDER BY 1",
-						1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(*res) != PGRES_TUPLES_OK)
-		return -1;
-	m->nheaders = PQntuples(*res);
-	m->header_names = calloc(m->nheaders + 1, sizeof(char *));
-	m->header_values = calloc(m->nheaders + 1, sizeof(char *));
-	for (i = 0; i < m->nheaders; i++)
-	{
-		m->header_names[i] = PQgetvalue(*res, i, 0);
-		m->header_values[i] = PQgetisnull(*res, i, 1) ? "" : PQgetvalue(*res, i, 1);
-	}
-	return 0;
-}
-
-#define FETCH_SQL \
-	"SELECT f.id, f.topic, f.key, f.position, f.payload, f.payload_bytes, f.headers, f.receipt " \
-	"FROM outbox_fetch($1, $2::integer, $3::interval, $4::interval) AS f"
-
-/* A fetched batch, and what became of each of its messages */
-typedef struct Batch
-{
-	PGresult   *res;			/* outbox_fetch's rows, which m points into */
-	int			n;
-	RelayMessage *m;
-	RelayResult *results;
-	char		(*errors)[RELAY_ERROR_SIZE];
-	int		   *retry_after;
-	PGresult  **headers;
-	unsigned char **bytes;
-	bool		readable;		/* every message's headers could be read */
-} Batch;
-
-static Batch *
-batch_read(PGconn *conn, PGresult *res)
-{
-	Batch	   *b = calloc(1, sizeof(Batch));
-	int			n = PQntuples(res),
-				i;
-
-	b->res = res;
-	b->n = n;
-	b->m = calloc(n, sizeof(RelayMessage));
-	b->results = calloc(n, sizeof(RelayResult));
-	b->errors = calloc(n, RELAY_ERROR_SIZE);
-	b->retry_after = calloc(n, sizeof(int));
-	b->headers = calloc(n, sizeof(PGresult *));
-	b->bytes = calloc(n, sizeof(unsigned char *));
-	b->readable = true;
-	for (i = 0; i < n; i++)
-	{
-		RelayMessage *m = &b->m[i];
-
-		m->id = PQgetvalue(res, i, 0);
-		m->topic = PQgetvalue(res, i, 1);
-		m->key = PQgetvalue(res, i, 2);
-		m->position = PQgetvalue(res, i, 3);
-		if (!PQgetisnull(res, i, 4))
-		{
-			m->body = PQgetvalue(res, i, 4);
-			m->body_len = PQgetlength(res, i, 4);
-		}
-		else
-		{
-			b->bytes[i] = PQunescapeBytea((const unsigned char *) PQgetvalue(res, i, 5),
-										  &m->body_len);
-			m->body = (const char *) b->bytes[i];
-			m->binary = true;
-		}
-		if (!PQgetisnull(res, i, 6) &&
-			read_headers(conn, PQgetvalue(res, i, 6), m, &b->headers[i]) != 0)
-		{
-			relay_log("reading a message's headers failed: %s", PQerrorMessage(conn));
-			b->readable = false;
-		}
-		b->retry_after[i] = -1;
-	}
-	if (!b->readable)
-		for (i = 0; i < n; i++)
-		{
-			b->results[i] = RELAY_RETRY;
-			snprintf(b->errors[i], RELAY_ERROR_SIZE, "the relay could not read the headers");
-		}
-	return b;
-}
-
-static void
-batch_free(Batch *b)
-{
-	int			i;
-
-	for (i = 0; i < b->n; i++)
-	{
-		free((void *) b->m[i].header_names);
-		free((void *) b->m[i].header_values);
-		PQclear(b->headers[i]);
-		if (b->bytes[i])
-			PQfreemem(b->bytes[i]);
-	}
-	PQclear(b->res);
-	free(b->m);
-	free(b->results);
-	free(b->errors);
-	free(b->retry_after);
-	free(b->headers);
-	free(b->bytes);
-	free(b);
-}
-
 /* The state of a target and of its database connection, for one child */
 typedef struct Relay
 {
@@ -246,6 +88,7 @@ typedef struct Relay
 	PGconn	   *ack_conn;		/* where outcomes are recorded */
 	int			acks_sent;		/* in an outbox_ack_many not yet answered */
 	bool		prefetching;	/* an outbox_fetch sent on conn, unanswered */
+	double		prefetch_sent;	/* when it was sent, on relay_monotonic_now()'s clock */
 	int			down_delay;		/* seconds between tries of a target that went
 								 * down, 0 while it is up */
 	time_t		retry_at;		/* no fetch before then, while it is down */
@@ -329,10 +172,10 @@ record_outcomes(Relay *r, Batch *b)
 	{
 		char		after[32];
 		bool		down = b->results[i] == RELAY_DOWN;
-		const char *params[4] = {PQgetvalue(b->res, i, 7), b->errors[i], NULL, down ? "false" : "true"};
+		const char *params[4] = {b->receipts[i], b->errors[i], NULL, down ? "false" : "true"};
 		PGresult   *res;
 
-		if (b->results[i] == RELAY_DELIVERED)
+		if (b->results[i] == RELAY_DELIVERED || b->unsettled[i])
 			continue;
 		relay_log("message %s (key \"%s\", position %s) not delivered: %s",
 				  b->m[i].id, b->m[i].key, b->m[i].position, b->errors[i]);
@@ -360,8 +203,11 @@ record_outcomes(Relay *r, Batch *b)
 	receipts[len++] = '{';
 	for (i = 0; i < b->n; i++)
 		if (b->results[i] == RELAY_DELIVERED)
-			len += snprintf(receipts + len, 40, "%s%.36s", delivered++ ? "," : "",
-							PQgetvalue(b->res, i, 7));
+		{
+			relay_debug(2, "message %s (key \"%s\", position %s) delivered",
+						b->m[i].id, b->m[i].key, b->m[i].position);
+			len += snprintf(receipts + len, 40, "%s%.36s", delivered++ ? "," : "", b->receipts[i]);
+		}
 	receipts[len++] = '}';
 	receipts[len] = '\0';
 	if (delivered > 0)
@@ -435,7 +281,8 @@ batch_settle(Relay *r, Batch *b)
 	bool		down = false,
 				up = false;
 
-	for (i = 0; i < b->n; i++)
+	/* Only the messages sent tell of the target */
+	for (i = 0; i < b->nsend; i++)
 		if (b->results[i] == RELAY_DOWN)
 			down = true;
 		else
@@ -445,13 +292,21 @@ batch_settle(Relay *r, Batch *b)
 	else if (up)
 		r->down_delay = 0;
 
-	for (i = 1; i < b->n; i++)
+	for (i = 1; i < b->nsend; i++)
 		if (b->results[i] == RELAY_DOWN && b->errors[i][0] == '\0')
 			memcpy(b->errors[i], b->errors[i - 1], RELAY_ERROR_SIZE);
-	for (i = 0; i < b->n; i++)
+	for (i = 0; i < b->nsend; i++)
 		target_state(r, b->results[i] != RELAY_DOWN, b->errors[i]);
+	if (relay_verbose >= 1)
+	{
+		int			delivered = 0;
+
+		for (i = 0; i < b->n; i++)
+			delivered += b->results[i] == RELAY_DELIVERED;
+		relay_debug(1, "batch of %d settled: %d delivered, %d not", b->n, delivered, b->n - delivered);
+	}
 	record_outcomes(r, b);
-	batch_free(b);
+	relay_batch_free(b);
 	return down;
 }
 
@@ -505,26 +360,98 @@ target_open(Relay *r)
 }
 
 /*
- * Deliver a batch: started, to be finished later; or, when its messages
- * cannot be read, or the target went down while it was fetched, settled
- * at once (the target is opened again only before a fetch).
+ * Deliver a batch: started, to be finished later; or, when none of its
+ * messages can be read, or the target went down while it was fetched,
+ * settled at once (the target is opened again only before a fetch).
+ *
+ * A batch goes out only while its lease has at least --timeout and a
+ * second left, the most its target may take to confirm it and a margin:
+ * otherwise another relay may already have fetched and delivered its
+ * messages, and then their keys' next ones, which this batch would
+ * overtake.  Such a batch is not sent and nothing is recorded for it: its
+ * messages are fetched again when their lease runs out, with no attempt
+ * counted, since no target saw them.
  */
 static void
 batch_deliver(Relay *r, Batch *b)
 {
-	if (b->readable && r->open == NULL)
-		for (int i = 0; i < b->n; i++)
+	double		left = b->lease_end - relay_monotonic_now();
+
+	if (left < relay_timeout + 1)
+	{
+		relay_log("a batch of %d message(s) is not sent: %.1f s of its lease are left, less than "
+				  "--timeout and a second; its messages are fetched again after the lease",
+				  b->n, left > 0 ? left : 0.0);
+		relay_batch_free(b);
+		return;
+	}
+	if (b->nsend > 0 && r->open == NULL)
+		for (int i = 0; i < b->nsend; i++)
 		{
 			b->results[i] = RELAY_DOWN;
 			snprintf(b->errors[i], RELAY_ERROR_SIZE, "the target went down before this batch was sent");
 		}
-	else if (b->readable)
+	else if (b->nsend > 0)
 	{
-		r->transport->start_batch(r->open, b->m, b->n, b->results, b->errors, b->retry_after);
+		relay_debug(1, "batch of %d sent (%.1f s of its lease left)", b->nsend, left);
+		r->transport->start_batch(r->open, b->m, b->nsend, b->results, b->errors, b->retry_after);
 		r->window[r->nwindow++] = b;
 		return;
 	}
 	batch_settle(r, b);
+}
+
+/*
+ * For tests only: while the file named by INBOX_RELAY_TEST_PAUSE exists, a
+ * child waits after each fetch that leased something, before it sends
+ * it, as if it were stopped there (relay/README.md).
+ */
+static void
+test_pause(void)
+{
+	static const char *path = NULL;
+	static bool looked = false;
+	bool		said = false;
+
+	if (!looked)
+	{
+		path = getenv("INBOX_RELAY_TEST_PAUSE");
+		looked = true;
+	}
+	while (path != NULL && *path != '\0' && access(path, F_OK) == 0 && !relay_stopping)
+	{
+		if (!said)
+			relay_log("test pause: waiting after a fetch while %s exists", path);
+		said = true;
+		usleep(100 * 1000);
+	}
+}
+
+/*
+ * A target of a scheme this relay was not built with: recorded as the
+ * error of the target's routes, so that outbox_stats shows it.
+ */
+static void
+report_unserved(const char *target)
+{
+	char		schemes[256];
+	char		error[RELAY_ERROR_SIZE];
+	PGconn	   *conn;
+
+	snprintf(error, sizeof(error), "this relay serves no such scheme; it serves: %s",
+			 relay_schemes(schemes, sizeof(schemes)));
+	relay_log("no transport for this target: %s", error);
+	if ((conn = relay_connect_db()) != NULL)
+	{
+		const char *params[2] = {target, error};
+		PGresult   *res = PQexecParams(conn, "SELECT outbox_report($1, $2)", 2, NULL, params,
+									   NULL, NULL, 0);
+
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			relay_log("recording that failure failed: %s", PQerrorMessage(conn));
+		PQclear(res);
+		PQfinish(conn);
+	}
 }
 
 /*
@@ -541,7 +468,7 @@ batch_deliver(Relay *r, Batch *b)
 int
 relay_deliver_target(const char *target)
 {
-	Relay		r = {target, relay_transport_for(target), NULL, NULL, -1, {NULL}, 0, NULL, 0, false, 0, 0};
+	Relay		r = {.target = target, .transport = relay_transport_for(target), .target_state = -1};
 	char		batch_s[16],
 				lease_s[32],
 				wait_s[32];
@@ -551,13 +478,8 @@ relay_deliver_target(const char *target)
 	relay_log_prefix(target);
 	if (r.transport == NULL)
 	{
-		{
-			char		schemes[256];
-
-			relay_log("no transport for this target: this relay serves %s",
-					  relay_schemes(schemes, sizeof(schemes)));
-		}
-		return 2;
+		report_unserved(target);
+		return RELAY_EXIT_UNSERVED;
 	}
 	n = r.transport->batch_limit != NULL ? r.transport->batch_limit() : relay_options.batch;
 	snprintf(batch_s, sizeof(batch_s), "%d", n < relay_options.batch ? n : relay_options.batch);
@@ -574,6 +496,7 @@ relay_deliver_target(const char *target)
 		bool		was_idle = r.nwindow == 0 && !r.prefetching;
 		bool		stop = false;
 		bool		fetched;
+		double		fetch_sent = 0;
 
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
@@ -620,9 +543,11 @@ relay_deliver_target(const char *target)
 				while ((extra = PQgetResult(r.conn)) != NULL)
 					PQclear(extra);
 				r.prefetching = false;
+				fetch_sent = r.prefetch_sent;
 			}
 			else
 			{
+				fetch_sent = relay_monotonic_now();
 				cancel = PQgetCancel(r.conn);
 				relay_fetch_cancel = cancel;
 				res = PQexecParams(r.conn, FETCH_SQL, 4, NULL, params, NULL, NULL, 0);
@@ -639,14 +564,11 @@ relay_deliver_target(const char *target)
 						relay_log("the target has no route any more: stopping");
 						stop = true;
 					}
-					else
+					else if (PQstatus(r.conn) != CONNECTION_OK)
 					{
 						relay_log("outbox_fetch failed: %s", PQerrorMessage(r.conn));
-						if (PQstatus(r.conn) != CONNECTION_OK)
-						{
-							PQfinish(r.conn);
-							r.conn = NULL;
-						}
+						PQfinish(r.conn);
+						r.conn = NULL;
 						if (relay_options.once)
 						{
 							status = 1;
@@ -654,6 +576,17 @@ relay_deliver_target(const char *target)
 						}
 						else if (r.nwindow == 0)
 							sleep(1);
+					}
+					else
+					{
+						/*
+						 * The database refused the fetch (a privilege, a
+						 * missing function): the process ends, and the
+						 * supervisor starts it again after its backoff
+						 */
+						relay_log("outbox_fetch failed: %s", PQerrorMessage(r.conn));
+						status = 1;
+						stop = true;
 					}
 				}
 				PQclear(res);
@@ -668,18 +601,21 @@ relay_deliver_target(const char *target)
 		fetched = res != NULL;
 		if (fetched)
 		{
-			Batch	   *b = batch_read(r.conn, res);
+			Batch	   *b = relay_batch_read(r.conn, res, fetch_sent, relay_options.lease_seconds);
+
+			test_pause();
 
 			/*
 			 * The next batch is fetched while this one is sent: the fetch
 			 * leases other keys only, those of the batches in flight being
 			 * leased already.  That batch starts once this one is sent and
 			 * the one before is settled, within --timeout of its lease
-			 * (see main()).
+			 * (see parse_options() in inbox-relay.c).
 			 */
-			if (!relay_stopping && b->readable && r.open != NULL)
+			if (!relay_stopping && r.open != NULL && PQstatus(r.conn) == CONNECTION_OK)
 			{
 				params[3] = NULL;
+				r.prefetch_sent = relay_monotonic_now();
 				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
 												  NULL, NULL, 0) == 1;
 			}
@@ -714,5 +650,3 @@ relay_deliver_target(const char *target)
 		relay_log("stopped");
 	return status;
 }
-
-/* The targets to deliver to: --target's, or every route's */

@@ -4,7 +4,8 @@
  *	  inbox-relay: the transports this relay was built with, by scheme.
  *
  * The one list of schemes: --version prints it, the loop finds a target's
- * transport in it, and a target of a scheme not in it is refused.
+ * transport in it, and a target of a scheme not in it is reported
+ * (outbox_report) and not served.
  *
  * relay/transports.c
  *
@@ -33,7 +34,11 @@ relay_transport_for(const char *target)
 	return NULL;
 }
 
-/* The schemes served, "amqp://, amqps://, ...", into buf */
+/*
+ * The schemes served, without "://" and separated by spaces ("amqp amqps
+ * http ..."), into buf: as --version prints them and outbox_schemes()
+ * lists them.
+ */
 const char *
 relay_schemes(char *buf, size_t size)
 {
@@ -42,6 +47,11 @@ relay_schemes(char *buf, size_t size)
 
 	buf[0] = '\0';
 	for (i = 0; i < NTRANSPORTS && len < size; i++)
-		len += snprintf(buf + len, size - len, "%s%s", i > 0 ? ", " : "", transports[i]->scheme);
+	{
+		const char *scheme = transports[i]->scheme;
+
+		len += snprintf(buf + len, size - len, "%s%.*s", i > 0 ? " " : "",
+						(int) strcspn(scheme, ":"), scheme);
+	}
 	return buf;
 }

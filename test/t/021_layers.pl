@@ -4,6 +4,8 @@
 # passes on src/, and fails on a copy broken each way it guards against:
 # an include that runs up a layer, an extern declared in a .c file, a
 # file with no place in the layer map, and a .c file over 850 lines.
+# Likewise relay/ (relay/README.md): a transport includes relay.h only,
+# never daemon.h, and no .c file passes 700 lines.
 # Also: src/README.md's map names the file of every C entry point.
 use strict;
 use warnings;
@@ -24,15 +26,16 @@ sub layers
 	return ($? >> 8, $out);
 }
 
-# A fresh copy of src/, with edit applied to it
+# A fresh copy of src/ (or of $tree), with edit applied to it
 sub broken_copy
 {
-	my ($edit) = @_;
+	my ($edit, $tree) = @_;
+	$tree //= 'src';
 	my $dir = tempdir(CLEANUP => 1);
-	opendir(my $dh, "$top/src") or die "src: $!";
+	opendir(my $dh, "$top/$tree") or die "$tree: $!";
 	for my $f (grep { /\.[ch]$/ } readdir($dh))
 	{
-		copy("$top/src/$f", "$dir/$f") or die "copy $f: $!";
+		copy("$top/$tree/$f", "$dir/$f") or die "copy $f: $!";
 	}
 	closedir($dh);
 	$edit->($dir);
@@ -68,6 +71,20 @@ like($out, qr/unmapped\.c: not in the layer map/, 'and the message says so');
 ($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/claim.c", "/* padding */\n" x 200) }));
 is($rc, 1, 'a .c file over 850 lines fails');
 like($out, qr/claim\.c: \d+ lines, more than 850/, 'and the message gives its length');
+
+# The relay: a transport includes relay.h only, and no .c file passes 700
+# lines
+($rc, $out) = layers("$top/relay");
+is($rc, 0, 'the relay passes the layer check') or diag($out);
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/webhook.c", "#include \"daemon.h\"\n") }, 'relay'));
+is($rc, 1, 'a transport that includes daemon.h fails');
+like($out, qr/webhook\.c:\d+: includes daemon\.h, of daemon \(a child's loop\), above webhook \(transports\)/,
+	'and the message names the transport and the header');
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/batch.c", "#include \"daemon.h\"\n") }, 'relay'));
+is($rc, 0, 'a module of the loop may include daemon.h') or diag($out);
+($rc, $out) = layers(broken_copy(sub { append_to("$_[0]/inbox-relay.c", "/* padding */\n" x 200) }, 'relay'));
+is($rc, 1, 'a relay .c file over 700 lines fails');
+like($out, qr/inbox-relay\.c: \d+ lines, more than 700/, 'and the message gives its length');
 
 # src/README.md maps every SQL-callable C symbol to its file
 my $readme = do { local $/; open(my $fh, '<', "$top/src/README.md") or die $!; <$fh> };
