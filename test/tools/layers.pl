@@ -44,7 +44,7 @@ my @relay_layers = (
 	],
 	[
 		transports =>
-		  [ amqp => qw(amqp.c) ],
+		  [ amqp => qw(amqp.c amqp_connect.c amqp_internal.h) ],
 		[ webhook => qw(webhook.c) ],
 		[ postgres => qw(postgres.c) ],
 	],
