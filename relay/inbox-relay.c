@@ -45,6 +45,7 @@ int			relay_http_connections = 16;
 static const char *only_targets[MAX_TARGETS];
 static int	nonly_targets;
 static int	refresh_seconds = 30;
+static const char *metrics_address;	/* --metrics, or NULL */
 
 volatile sig_atomic_t relay_stopping = 0;
 
@@ -105,7 +106,7 @@ static void
 usage(void)
 {
 	printf("inbox-relay delivers the outbox of a database to its routes' targets.\n\n"
-		   "Usage:\n  inbox-relay [OPTION]... CONNINFO\n\n"
+		   "Usage:\n  inbox-relay [OPTION]... CONNINFO\n  inbox-relay check --help\n\n"
 		   "Options:\n"
 		   "  --target=URL        deliver to this target only (repeatable); default: every route's\n"
 		   "  --secrets=FILE      the targets' secrets, one \"TARGET SECRET\" per line, mode 600\n"
@@ -118,6 +119,7 @@ usage(void)
 		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
 		   "  --refresh=SECONDS   how often the routes are read again (default 30)\n"
 		   "  --once              deliver what is due, then exit (or stop at an unreachable target)\n"
+		   "  --metrics=HOST:PORT serve Prometheus metrics of every target at /metrics\n"
 		   "  --help              show this help, then exit\n\n"
 		   "CONNINFO is a libpq connection string or URI; several hosts with\n"
 		   "target_session_attrs=read-write follow a failover.\n");
@@ -151,6 +153,7 @@ main(int argc, char **argv)
 		{"wait", required_argument, NULL, 'w'},
 		{"refresh", required_argument, NULL, 'r'},
 		{"once", no_argument, NULL, 'o'},
+		{"metrics", required_argument, NULL, 'm'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -163,6 +166,8 @@ main(int argc, char **argv)
 	time_t		last_read = 0;
 	struct sigaction sa;
 
+	if (argc >= 2 && strcmp(argv[1], "check") == 0)
+		return relay_check_main(argc - 1, argv + 1);
 	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1)
 	{
 		switch (c)
@@ -198,6 +203,9 @@ main(int argc, char **argv)
 				break;
 			case 'o':
 				relay_options.once = true;
+				break;
+			case 'm':
+				metrics_address = optarg;
 				break;
 			case 'h':
 				usage();
@@ -258,6 +266,8 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if (metrics_address != NULL && relay_metrics_start(metrics_address) != 0)
+		return 2;
 
 	/*
 	 * The parent: a child per target, started again when it dies (not

@@ -155,6 +155,7 @@ typedef struct Batch
 	PGresult  **headers;
 	unsigned char **bytes;
 	bool		readable;		/* every message's headers could be read */
+	double		fetched_at;		/* relay_now() when it was fetched */
 } Batch;
 
 static Batch *
@@ -173,6 +174,7 @@ batch_read(PGconn *conn, PGresult *res)
 	b->headers = calloc(n, sizeof(PGresult *));
 	b->bytes = calloc(n, sizeof(unsigned char *));
 	b->readable = true;
+	b->fetched_at = relay_metrics_fetched(n);
 	for (i = 0; i < n; i++)
 	{
 		RelayMessage *m = &b->m[i];
@@ -350,7 +352,10 @@ record_outcomes(Relay *r, Batch *b)
 				ack_drop(r);
 		}
 		else if (strcmp(PQgetvalue(res, 0, 0), "dead") == 0)
+		{
+			relay_metrics_dead();
 			relay_log("message %s is dead after its last attempt", b->m[i].id);
+		}
 		PQclear(res);
 	}
 	if (r->ack_conn == NULL)
@@ -451,6 +456,7 @@ batch_settle(Relay *r, Batch *b)
 	for (i = 0; i < b->n; i++)
 		target_state(r, b->results[i] != RELAY_DOWN, b->errors[i]);
 	record_outcomes(r, b);
+	relay_metrics_settled(b->results, b->n, b->fetched_at);
 	batch_free(b);
 	return down;
 }
@@ -549,6 +555,7 @@ relay_deliver_target(const char *target)
 	int			n;
 
 	relay_log_prefix(target);
+	relay_metrics_child(target);
 	if (r.transport == NULL)
 	{
 		{
@@ -666,6 +673,7 @@ relay_deliver_target(const char *target)
 			}
 		}
 		fetched = res != NULL;
+		relay_beat(r.conn, target, fetched || r.nwindow > 0);
 		if (fetched)
 		{
 			Batch	   *b = batch_read(r.conn, res);
