@@ -3344,6 +3344,9 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_relay_beat(text, text, integer, interval, interval, bigint, bigint) IS
 'a relay process''s heartbeat, for outbox_relays: its target, host, pid, time running and since its last fetch, messages delivered and failed';
 
+-- The rows of the sessions that live, read as the extension's owner.  Like
+-- the other helpers of the views, it stays executable by PUBLIC, who
+-- cannot name it (schema inbox is not usable by PUBLIC).
 CREATE FUNCTION inbox.outbox_relay_rows()
 RETURNS TABLE (target text, host text, pid integer, started_at timestamptz,
 			   last_fetch_at timestamptz, delivered bigint, failed bigint, beat_at timestamptz)
@@ -3364,7 +3367,6 @@ COMMENT ON VIEW @extschema@.outbox_relays IS
 'the running relay processes: target, host and pid, started, last fetch, messages delivered and failed since start';
 
 REVOKE ALL ON FUNCTION inbox.outbox_relay_alive(integer, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.outbox_relay_rows() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_relay_beat(text, text, integer, interval, interval, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_relays FROM PUBLIC;
 
