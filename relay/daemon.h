@@ -68,7 +68,8 @@ extern void relay_metrics_settled(const RelayResult *results, int n, double star
 extern void relay_metrics_dead(void);
 
 /* heartbeat.c */
-extern void relay_beat(PGconn *conn, const char *target, bool busy);
+extern void relay_beat_fetched(PGconn *conn, const char *target, bool busy);
+extern void relay_beat_idle(PGconn *conn, const char *target);
 
 /* check.c: inbox-relay check CONNINFO */
 extern int	relay_check_main(int argc, char **argv);

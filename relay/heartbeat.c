@@ -34,14 +34,10 @@ static uint64_t beat_delivered,
 static bool beat_off;
 static bool beat_failing;
 
-/*
- * After each fetch, with the fetching connection idle (NULL when it
- * broke); busy when the next fetch does not wait.
- */
-void
-relay_beat(PGconn *conn, const char *target, bool busy)
+/* Send the beat, over conn, which is idle */
+static void
+beat(PGconn *conn, const char *target, double now)
 {
-	double		now = relay_now();
 	char		host[256] = "",
 				pid[16],
 				running[48],
@@ -49,22 +45,8 @@ relay_beat(PGconn *conn, const char *target, bool busy)
 				delivered[24],
 				failed[24];
 	const char *params[7] = {target, host, pid, running, since_fetch, delivered, failed};
-	bool		changed = relay_counts.delivered != beat_delivered ||
-		relay_counts.failed != beat_failed;
 	PGresult   *res;
 
-	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
-		return;
-	relay_counts.last_fetch = now;
-	if (beat_off || PQtransactionStatus(conn) != PQTRANS_IDLE)
-		return;
-	if (beat_target != target)
-	{
-		beat_target = target;
-		last_beat = -1;
-	}
-	if (last_beat >= 0 && now - last_beat < 1.0 && (busy || !changed))
-		return;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(pid, sizeof(pid), "%d", (int) getpid());
 	snprintf(running, sizeof(running), "%.3f seconds", now - relay_counts.started);
@@ -93,4 +75,50 @@ relay_beat(PGconn *conn, const char *target, bool busy)
 		beat_failing = true;
 	}
 	PQclear(res);
+}
+
+static bool
+can_beat(PGconn *conn, const char *target)
+{
+	if (conn == NULL || beat_off || PQstatus(conn) != CONNECTION_OK ||
+		PQtransactionStatus(conn) != PQTRANS_IDLE)
+		return false;
+	if (beat_target != target)
+	{
+		beat_target = target;
+		last_beat = -1;
+	}
+	return true;
+}
+
+/*
+ * After each fetch, with the fetching connection idle (NULL when it
+ * broke); busy when the fetch brought messages or some are in flight.
+ * While busy, a beat at most once a second; otherwise only the first.
+ */
+void
+relay_beat_fetched(PGconn *conn, const char *target, bool busy)
+{
+	double		now = relay_now();
+
+	if (conn == NULL || PQstatus(conn) != CONNECTION_OK)
+		return;
+	relay_counts.last_fetch = now;
+	if (can_beat(conn, target) && (last_beat < 0 || (busy && now - last_beat >= 1.0)))
+		beat(conn, target, now);
+}
+
+/*
+ * Before a fetch that waits, nothing in flight: a beat when the counts
+ * changed since the last one, or a second has passed (once per --wait).
+ */
+void
+relay_beat_idle(PGconn *conn, const char *target)
+{
+	double		now = relay_now();
+
+	if (can_beat(conn, target) &&
+		(last_beat < 0 || now - last_beat >= 1.0 ||
+		 relay_counts.delivered != beat_delivered || relay_counts.failed != beat_failed))
+		beat(conn, target, now);
 }

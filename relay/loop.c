@@ -585,6 +585,8 @@ relay_deliver_target(const char *target)
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
 			ack_collect(&r);
+		if (was_idle)
+			relay_beat_idle(r.conn, target);
 
 		/*
 		 * A target that went down is tried again only after a delay, and
@@ -673,7 +675,7 @@ relay_deliver_target(const char *target)
 			}
 		}
 		fetched = res != NULL;
-		relay_beat(r.conn, target, fetched || r.nwindow > 0);
+		relay_beat_fetched(r.conn, target, fetched || r.nwindow > 0);
 		if (fetched)
 		{
 			Batch	   *b = batch_read(r.conn, res);
