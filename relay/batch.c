@@ -15,15 +15,6 @@
 
 #include "batch.h"
 
-/* Seconds on a clock that only goes forward, for leases */
-double
-relay_monotonic_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The headers jsonb of a message, as name and value pairs */
 static int
@@ -48,7 +39,7 @@ read_headers(PGconn *conn, const char *headers, RelayMessage *m, PGresult **res)
 }
 
 /*
- * The fetch's rows, sent at fetch_sent (relay_monotonic_now()).  A message whose
+ * The fetch's rows, sent at fetch_sent (relay_now()).  A message whose
  * headers the database cannot read as a JSON object (outbox_send refuses
  * such headers, but rows older than that check may hold them) is refused
  * alone: its batch-mates go out.  When the connection broke meanwhile,

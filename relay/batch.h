@@ -37,7 +37,7 @@ typedef struct Batch
 	PGresult   *res;			/* outbox_fetch's rows, which m points into */
 	int			n;
 	int			nsend;			/* m[0 .. nsend - 1] go to the target */
-	double		lease_end;		/* on relay_monotonic_now()'s clock, at the latest */
+	double		lease_end;		/* on relay_now()'s clock, at the latest */
 	RelayMessage *m;
 	const char **receipts;
 	bool	   *unsettled;		/* left to its lease: no outcome recorded */
@@ -46,9 +46,10 @@ typedef struct Batch
 	int		   *retry_after;
 	PGresult  **headers;
 	unsigned char **bytes;
+	double		fetched_at;		/* relay_now() when fetched: the batch's
+								 * duration, for the metrics */
 } Batch;
 
-extern double relay_monotonic_now(void);
 extern Batch *relay_batch_read(PGconn *conn, PGresult *res, double fetch_sent, int lease_seconds);
 extern void relay_batch_free(Batch *b);
 

@@ -13,6 +13,7 @@
 #define INBOX_RELAY_DAEMON_H
 
 #include <signal.h>
+#include <stdint.h>
 
 #include <libpq-fe.h>
 
@@ -53,5 +54,31 @@ extern int	relay_deliver_target(const char *target);
  * target's scheme: not started again while the routes name the target
  */
 #define RELAY_EXIT_UNSERVED 3
+
+/*
+ * metrics.c: what this process did since it started, for its heartbeat;
+ * times on the monotonic clock (relay_now)
+ */
+typedef struct RelayCounts
+{
+	double		started;
+	double		last_fetch;
+	uint64_t	delivered;
+	uint64_t	failed;
+} RelayCounts;
+
+extern RelayCounts relay_counts;
+extern int	relay_metrics_start(const char *address);
+extern void relay_metrics_child(const char *target);
+extern double relay_metrics_fetched(int n);
+extern void relay_metrics_settled(const RelayResult *results, int n, double started);
+extern void relay_metrics_dead(void);
+
+/* heartbeat.c */
+extern void relay_beat_fetched(PGconn *conn, const char *target, bool busy);
+extern void relay_beat_idle(PGconn *conn, const char *target);
+
+/* check.c: inbox-relay check CONNINFO */
+extern int	relay_check_main(int argc, char **argv);
 
 #endif							/* INBOX_RELAY_DAEMON_H */

@@ -62,6 +62,7 @@ int			relay_http_connections = 16;
 static const char *only_targets[MAX_TARGETS];
 static int	nonly_targets;
 static int	refresh_seconds = 30;
+static const char *metrics_address;	/* --metrics, or NULL */
 
 /* A target and its child */
 typedef struct Slot
@@ -310,7 +311,7 @@ static void
 usage(void)
 {
 	printf("inbox-relay delivers the outbox of a database to its routes' targets.\n\n"
-		   "Usage:\n  inbox-relay [OPTION]... CONNINFO\n\n"
+		   "Usage:\n  inbox-relay [OPTION]... CONNINFO\n  inbox-relay check --help\n\n"
 		   "Options:\n"
 		   "  --target=URL        deliver to this target only (repeatable); default: every route's\n"
 		   "  --secrets=FILE      the targets' secrets, one \"TARGET SECRET\" per line, mode 600\n"
@@ -324,6 +325,7 @@ usage(void)
 		   "  --refresh=SECONDS   how often the routes are read again, besides when a route\n"
 		   "                      changes (default 30)\n"
 		   "  --once              deliver what is due, then exit (or stop at an unreachable target)\n"
+		   "  --metrics=HOST:PORT serve Prometheus metrics of every target at /metrics\n"
 		   "  -v, --verbose       log each batch; given twice, each delivery too\n"
 		   "  --version           show the version and the schemes served, then exit\n"
 		   "  --help              show this help, then exit\n\n"
@@ -366,6 +368,7 @@ parse_options(int argc, char **argv)
 		{"once", no_argument, NULL, 'o'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"version", no_argument, NULL, 'V'},
+		{"metrics", required_argument, NULL, 'm'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
@@ -415,6 +418,9 @@ parse_options(int argc, char **argv)
 				printf("inbox-relay %s\nschemes: %s\n", RELAY_VERSION,
 					   relay_schemes(schemes, sizeof(schemes)));
 				return 0;
+			case 'm':
+				metrics_address = optarg;
+				break;
 			case 'h':
 				usage();
 				return 0;
@@ -522,6 +528,8 @@ main(int argc, char **argv)
 				read_retry_at = 0;
 	struct sigaction sa;
 
+	if (argc >= 2 && strcmp(argv[1], "check") == 0)
+		return relay_check_main(argc - 1, argv + 1);
 	if ((i = parse_options(argc, argv)) >= 0)
 		return i;
 
@@ -530,6 +538,8 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	if (metrics_address != NULL && relay_metrics_start(metrics_address) != 0)
+		return 2;
 
 	for (i = 0; i < nonly_targets; i++)
 	{

@@ -63,3 +63,13 @@ relay_debug(int level, const char *fmt,...)
 	log_line(fmt, ap);
 	va_end(ap);
 }
+
+/* Seconds on a clock that only goes forward: leases, latencies, beats */
+double
+relay_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}

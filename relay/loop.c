@@ -88,7 +88,7 @@ typedef struct Relay
 	PGconn	   *ack_conn;		/* where outcomes are recorded */
 	int			acks_sent;		/* in an outbox_ack_many not yet answered */
 	bool		prefetching;	/* an outbox_fetch sent on conn, unanswered */
-	double		prefetch_sent;	/* when it was sent, on relay_monotonic_now()'s clock */
+	double		prefetch_sent;	/* when it was sent, on relay_now()'s clock */
 	int			down_delay;		/* seconds between tries of a target that went
 								 * down, 0 while it is up */
 	time_t		retry_at;		/* no fetch before then, while it is down */
@@ -193,7 +193,10 @@ record_outcomes(Relay *r, Batch *b)
 				ack_drop(r);
 		}
 		else if (strcmp(PQgetvalue(res, 0, 0), "dead") == 0)
+		{
+			relay_metrics_dead();
 			relay_log("message %s is dead after its last attempt", b->m[i].id);
+		}
 		PQclear(res);
 	}
 	if (r->ack_conn == NULL)
@@ -306,6 +309,7 @@ batch_settle(Relay *r, Batch *b)
 		relay_debug(1, "batch of %d settled: %d delivered, %d not", b->n, delivered, b->n - delivered);
 	}
 	record_outcomes(r, b);
+	relay_metrics_settled(b->results, b->n, b->fetched_at);
 	relay_batch_free(b);
 	return down;
 }
@@ -375,7 +379,7 @@ target_open(Relay *r)
 static void
 batch_deliver(Relay *r, Batch *b)
 {
-	double		left = b->lease_end - relay_monotonic_now();
+	double		left = b->lease_end - relay_now();
 
 	if (left < relay_timeout + 1)
 	{
@@ -476,6 +480,7 @@ relay_deliver_target(const char *target)
 	int			n;
 
 	relay_log_prefix(target);
+	relay_metrics_child(target);
 	if (r.transport == NULL)
 	{
 		report_unserved(target);
@@ -501,6 +506,8 @@ relay_deliver_target(const char *target)
 		/* Nothing in flight: what was acknowledged is fetchable first */
 		if (was_idle)
 			ack_collect(&r);
+		if (was_idle)
+			relay_beat_idle(r.conn, target);
 
 		/*
 		 * A target that went down is tried again only after a delay, and
@@ -547,7 +554,7 @@ relay_deliver_target(const char *target)
 			}
 			else
 			{
-				fetch_sent = relay_monotonic_now();
+				fetch_sent = relay_now();
 				cancel = PQgetCancel(r.conn);
 				relay_fetch_cancel = cancel;
 				res = PQexecParams(r.conn, FETCH_SQL, 4, NULL, params, NULL, NULL, 0);
@@ -599,9 +606,12 @@ relay_deliver_target(const char *target)
 			}
 		}
 		fetched = res != NULL;
+		relay_beat_fetched(r.conn, target, fetched || r.nwindow > 0);
 		if (fetched)
 		{
 			Batch	   *b = relay_batch_read(r.conn, res, fetch_sent, relay_options.lease_seconds);
+
+			b->fetched_at = relay_metrics_fetched(b->n);
 
 			test_pause();
 
@@ -615,7 +625,7 @@ relay_deliver_target(const char *target)
 			if (!relay_stopping && r.open != NULL && PQstatus(r.conn) == CONNECTION_OK)
 			{
 				params[3] = NULL;
-				r.prefetch_sent = relay_monotonic_now();
+				r.prefetch_sent = relay_now();
 				r.prefetching = PQsendQueryParams(r.conn, FETCH_SQL, 4, NULL, params,
 												  NULL, NULL, 0) == 1;
 			}

@@ -120,6 +120,7 @@ extern int	relay_verbose;
 extern void relay_log(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern void relay_debug(int level, const char *fmt,...) __attribute__((format(printf, 2, 3)));
 extern void relay_log_prefix(const char *target);
+extern double relay_now(void);
 
 /* url.c */
 extern char *relay_url_param(const char *url, const char *name);

@@ -4763,3 +4763,125 @@ REVOKE ALL ON FUNCTION @extschema@.outbox_requeue(uuid) FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_stats FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_dead_letters FROM PUBLIC;
 REVOKE ALL ON TABLE @extschema@.outbox_routes FROM PUBLIC;
+
+/* ------------------------------------------------------------------------
+ * The relays' heartbeat: outbox_relays
+ */
+
+/*
+ * One row per running relay process (a child of inbox-relay, one per
+ * target), written by the relay over its fetching connection with
+ * outbox_relay_beat, at most about once a second.  A row belongs to the
+ * database session that wrote it, named by its backend's pid and start
+ * time: the view shows a row only while that session lives, and a beat
+ * from a new session deletes the rows of sessions that are gone.  A
+ * relay killed with SIGKILL closes its socket; its backend ends at once
+ * when idle, or within a second when it waits in outbox_fetch (which
+ * checks the client every second), and its row leaves the view with it.
+ */
+CREATE TABLE inbox.outbox_relays (
+	backend_pid integer NOT NULL,
+	backend_start timestamptz NOT NULL,
+	target text COLLATE pg_catalog."C" NOT NULL,
+	host text COLLATE pg_catalog."C" NOT NULL,
+	pid integer NOT NULL,
+	started_at timestamptz NOT NULL,
+	last_fetch_at timestamptz,
+	delivered bigint NOT NULL,
+	failed bigint NOT NULL,
+	beat_at timestamptz NOT NULL,
+	CONSTRAINT outbox_relays_pkey PRIMARY KEY (backend_pid, backend_start)
+);
+
+COMMENT ON TABLE inbox.outbox_relays IS
+'the running relay processes, one row per database session that beats (outbox_relay_beat)';
+
+REVOKE ALL ON TABLE inbox.outbox_relays FROM PUBLIC;
+
+-- Whether the session of backend pid, started at backend_start, still runs
+CREATE FUNCTION inbox.outbox_relay_alive(p_backend_pid integer, p_backend_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(p_backend_pid) AS s
+					WHERE s.backend_start OPERATOR(pg_catalog.=) p_backend_start)
+$$;
+
+/*
+ * A relay process's heartbeat: its target, host and pid, how long it has
+ * run and since its last fetch, and what it delivered and failed since it
+ * started.  Durations, not the relay's clock, so that a relay on another
+ * host with a skewed clock still reads right.  The first beat of a session
+ * inserts its row and deletes those of sessions that are gone.
+ */
+CREATE FUNCTION @extschema@.outbox_relay_beat(target text, host text, pid integer,
+											  running interval, since_fetch interval,
+											  delivered bigint, failed bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	me_start timestamptz := (SELECT s.backend_start
+							   FROM pg_catalog.pg_stat_get_activity(pg_catalog.pg_backend_pid()) AS s);
+BEGIN
+	IF target IS NULL OR host IS NULL OR pid IS NULL OR running IS NULL
+	   OR delivered IS NULL OR failed IS NULL THEN
+		RAISE EXCEPTION 'outbox_relay_beat''s arguments must not be NULL, but since_fetch'
+			USING ERRCODE = '22004';
+	END IF;
+	UPDATE inbox.outbox_relays AS r
+	   SET target = outbox_relay_beat.target, host = outbox_relay_beat.host,
+		   pid = outbox_relay_beat.pid,
+		   started_at = pg_catalog.now() OPERATOR(pg_catalog.-) running,
+		   last_fetch_at = pg_catalog.now() OPERATOR(pg_catalog.-) since_fetch,
+		   delivered = outbox_relay_beat.delivered, failed = outbox_relay_beat.failed,
+		   beat_at = pg_catalog.now()
+	 WHERE r.backend_pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+	   AND r.backend_start OPERATOR(pg_catalog.=) me_start;
+	IF NOT FOUND THEN
+		DELETE FROM inbox.outbox_relays AS r
+		 WHERE NOT inbox.outbox_relay_alive(r.backend_pid, r.backend_start);
+		INSERT INTO inbox.outbox_relays
+		VALUES (pg_catalog.pg_backend_pid(), me_start, outbox_relay_beat.target,
+				outbox_relay_beat.host, outbox_relay_beat.pid,
+				pg_catalog.now() OPERATOR(pg_catalog.-) running,
+				pg_catalog.now() OPERATOR(pg_catalog.-) since_fetch,
+				outbox_relay_beat.delivered, outbox_relay_beat.failed, pg_catalog.now());
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_relay_beat(text, text, integer, interval, interval, bigint, bigint) IS
+'a relay process''s heartbeat, for outbox_relays: its target, host, pid, time running and since its last fetch, messages delivered and failed';
+
+-- The rows of the sessions that live, read as the extension's owner.  Like
+-- the other helpers of the views, it stays executable by PUBLIC, who
+-- cannot name it (schema inbox is not usable by PUBLIC).
+CREATE FUNCTION inbox.outbox_relay_rows()
+RETURNS TABLE (target text, host text, pid integer, started_at timestamptz,
+			   last_fetch_at timestamptz, delivered bigint, failed bigint, beat_at timestamptz)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT r.target, r.host, r.pid, r.started_at, r.last_fetch_at, r.delivered, r.failed, r.beat_at
+	  FROM inbox.outbox_relays AS r
+	 WHERE inbox.outbox_relay_alive(r.backend_pid, r.backend_start)
+$$;
+
+CREATE VIEW @extschema@.outbox_relays AS
+	SELECT r.target COLLATE "C" AS target, r.host COLLATE "C" AS host, r.pid, r.started_at,
+		   r.last_fetch_at, r.delivered, r.failed, r.beat_at
+	  FROM inbox.outbox_relay_rows() AS r;
+
+COMMENT ON VIEW @extschema@.outbox_relays IS
+'the running relay processes: target, host and pid, started, last fetch, messages delivered and failed since start';
+
+REVOKE ALL ON FUNCTION inbox.outbox_relay_alive(integer, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_relay_beat(text, text, integer, interval, interval, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.outbox_relays FROM PUBLIC;
+
+SELECT inbox.bundle_add('relay', 'function',
+						'@extschema@.outbox_relay_beat(text, text, integer, interval, interval, bigint, bigint)');
+SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_relays');

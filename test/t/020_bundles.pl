@@ -190,7 +190,7 @@ $node->sql(q{
 	SELECT count(*) FROM outbox_dead_letters;
 });
 ok($ok, 'operator: every view, and requeue, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n0\n11\n\n0\n3\n1\n1\n0", 'operator: the dead letters were seen and requeued');
+is($out, "t\npoison\n0\n0\n0\n12\n\n0\n3\n1\n1\n0", 'operator: the dead letters were seen and requeued');
 
 # --- what each role may not do --------------------------------------------------------
 

@@ -37,6 +37,7 @@ my @relay_layers = (
 		'a child\'s loop' =>
 		  [ loop => qw(loop.c) ],
 		[ metrics => qw(metrics.c metrics.h) ],
+		[ heartbeat => qw(heartbeat.c) ],
 		[ batch => qw(batch.c batch.h) ],
 		[ secrets => qw(secrets.c) ],
 		[ transport_table => qw(transports.c) ],
