@@ -386,6 +386,7 @@ batch_deliver(Relay *r, Batch *b)
 		relay_log("a batch of %d message(s) is not sent: %.1f s of its lease are left, less than "
 				  "--timeout and a second; its messages are fetched again after the lease",
 				  b->n, left > 0 ? left : 0.0);
+		relay_metrics_settled(NULL, b->n, b->fetched_at);
 		relay_batch_free(b);
 		return;
 	}

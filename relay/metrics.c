@@ -148,7 +148,11 @@ relay_metrics_fetched(int n)
 	return relay_now();
 }
 
-/* A batch fetched at started settled: its outcomes, and its duration */
+/*
+ * A batch fetched at started settled: its outcomes, and its duration.
+ * results NULL: the batch was not sent (its lease ran too short), and it
+ * only leaves what is in flight.
+ */
 void
 relay_metrics_settled(const RelayResult *results, int n, double started)
 {
@@ -157,6 +161,12 @@ relay_metrics_settled(const RelayResult *results, int n, double started)
 	double		seconds = relay_now() - started;
 	int			i;
 
+	if (results == NULL)
+	{
+		if (mine != NULL)
+			__atomic_sub_fetch(&mine->in_flight, n, __ATOMIC_RELAXED);
+		return;
+	}
 	for (i = 0; i < n; i++)
 		if (results[i] == RELAY_DELIVERED)
 			delivered++;
