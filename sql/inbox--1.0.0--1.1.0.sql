@@ -1626,11 +1626,11 @@ SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_routes', '');
 /*
  * How many messages each (topic, target) delivered: acknowledgements add
  * to it in their own transactions, so it is exact at every snapshot, and
- * outbox_unroute drops the route's row.  The row also holds when the
- * last delivery was acknowledged, and the last error, with when it came:
- * outbox_fail's, or outbox_report's for every route of a target.  Senders never touch it (it would
+ * outbox_unroute drops the route's row.  Senders never touch it (it would
  * order every send of a topic behind one row lock); the pending and dead
- * messages are counted from their partial indexes.
+ * messages are counted from their partial indexes.  The row also holds
+ * when a delivery was last acknowledged, and the last error, with when it
+ * came: outbox_fail's, or outbox_report's for every route of a target.
  */
 CREATE TABLE inbox.outbox_sent (
 	topic text COLLATE pg_catalog."C" NOT NULL,
@@ -1649,7 +1649,7 @@ REVOKE ALL ON TABLE inbox.outbox_sent FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_sent', '');
 
 /*
- * Add each (topic, target, sent) of deltas to outbox_sent, and note when
+ * Add each (topic, target, sent) of deltas to outbox_sent, with the time
  * (last_delivered_at), in one order
  * (by topic and target), so that two callers never wait for each other's
  * rows in a circle.  PL/pgSQL, so that the statement's plan is kept: a
@@ -2258,17 +2258,21 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_fail(uuid, text, interval, boolean) IS
 'record a failed delivery: retry after a backoff, or dead after max_attempts; not counted when the target was unreachable';
 
--- Note error as the last of (topic, target), for outbox_stats: a row
--- lock per (topic, target), as an acknowledgement takes
+-- Note p_error as the last error of (topic, target), for outbox_stats,
+-- under the pair's row lock, as an acknowledgement takes it (after the
+-- delivery's, as an acknowledgement does).  PL/pgSQL, so that the plan is
+-- kept, as outbox_count_sent's is.
 CREATE FUNCTION inbox.outbox_note_error(p_topic text, p_target text, p_error text)
 RETURNS void
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+BEGIN
 	INSERT INTO inbox.outbox_sent AS s (topic, target, sent, last_error, last_error_at)
 	VALUES (p_topic, p_target, 0, p_error, pg_catalog.clock_timestamp())
 	ON CONFLICT ON CONSTRAINT outbox_sent_pkey DO UPDATE
-	   SET last_error = EXCLUDED.last_error, last_error_at = EXCLUDED.last_error_at
+	   SET last_error = EXCLUDED.last_error, last_error_at = EXCLUDED.last_error_at;
+END
 $$;
 
 /*
@@ -2419,7 +2423,9 @@ BEGIN
 							FROM @extschema@.outbox_schemes() AS s) OPERATOR(pg_catalog.||)
 						 ': outbox_schemes() lists them.';
 	END IF;
-	userinfo := pg_catalog.substring(pg_catalog.substring(p_target, '^[^:]*://([^/?#]*)'), '^(.*)@');
+	-- The user information as libpq finds it, the widest reading: up to
+	-- the first '@' before the first '/'
+	userinfo := pg_catalog.substring(pg_catalog.substring(p_target, '^[^:]*://([^/]*)'), '^([^@]*)@');
 	IF pg_catalog.strpos(coalesce(userinfo, ''), ':') OPERATOR(pg_catalog.>) 0 THEN
 		RAISE EXCEPTION 'target must not hold a password'
 			USING ERRCODE = '22023',

@@ -37,6 +37,7 @@ SELECT regress.try(format('SELECT outbox_route(%L, %L)', 'r', t))
 	'postgresql://db.example/app?sslpassword=x&scope=s',
 	'postgresql://db.example/app?scope=s&oauth_client_secret=x',
 	'postgresql://db.example/app?scope=s#&password=x',
+	'postgresql://db.example?scope=app:s3cret@db.example/app',
 	'amqp://rabbit.example/v?exchange=e&token=x',
 	'amqp://rabbit.example/v?access_token=x',
 	'amqp://rabbit.example/v?api_key=x',
