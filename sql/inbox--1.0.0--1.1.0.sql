@@ -1326,7 +1326,8 @@ $$;
 /* ------------------------------------------------------------------------
  * Outbox (section 11 of sql/inbox.sql), new in 1.1.0: outbox_send,
  * outbox_send_many, the relay's API (outbox_targets, outbox_fetch,
- * outbox_ack, outbox_fail), routes, outbox_requeue and the views
+ * outbox_ack, outbox_fail, outbox_report), routes and their schemes
+ * (outbox_schemes), outbox_requeue and the views
  * outbox_stats, outbox_dead_letters and outbox_routes; the bundles
  * publisher and relay.
  * ------------------------------------------------------------------------ */
@@ -2010,9 +2011,9 @@ AS $$
 $$;
 
 /*
- * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail.
- * They name no topic, so they are not entry points: SECURITY DEFINER
- * themselves, granted by the relay bundle (section 8).
+ * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail,
+ * outbox_report.  They name no topic, so they are not entry points:
+ * SECURITY DEFINER themselves, granted by the relay bundle (section 8).
  */
 
 -- The routes, for a relay to know which targets to fetch for

@@ -4138,9 +4138,9 @@ AS $$
 $$;
 
 /*
- * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail.
- * They name no topic, so they are not entry points: SECURITY DEFINER
- * themselves, granted by the relay bundle (section 8).
+ * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail,
+ * outbox_report.  They name no topic, so they are not entry points:
+ * SECURITY DEFINER themselves, granted by the relay bundle (section 8).
  */
 
 -- The routes, for a relay to know which targets to fetch for
