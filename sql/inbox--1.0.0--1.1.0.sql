@@ -1326,7 +1326,8 @@ $$;
 /* ------------------------------------------------------------------------
  * Outbox (section 11 of sql/inbox.sql), new in 1.1.0: outbox_send,
  * outbox_send_many, the relay's API (outbox_targets, outbox_fetch,
- * outbox_ack, outbox_fail), routes, outbox_requeue and the views
+ * outbox_ack, outbox_fail, outbox_report), routes and their schemes
+ * (outbox_schemes), outbox_requeue and the views
  * outbox_stats, outbox_dead_letters and outbox_routes; the bundles
  * publisher and relay.
  * ------------------------------------------------------------------------ */
@@ -1637,23 +1638,29 @@ SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_routes', '');
  * to it in their own transactions, so it is exact at every snapshot, and
  * outbox_unroute drops the route's row.  Senders never touch it (it would
  * order every send of a topic behind one row lock); the pending and dead
- * messages are counted from their partial indexes.
+ * messages are counted from their partial indexes.  The row also holds
+ * when a delivery was last acknowledged, and the last error, with when it
+ * came: outbox_fail's, or outbox_report's for every route of a target.
  */
 CREATE TABLE inbox.outbox_sent (
 	topic text COLLATE pg_catalog."C" NOT NULL,
 	target text COLLATE pg_catalog."C" NOT NULL,
 	sent bigint NOT NULL,
+	last_error text,
+	last_error_at timestamptz,
+	last_delivered_at timestamptz,
 	CONSTRAINT outbox_sent_pkey PRIMARY KEY (topic, target)
 );
 
 COMMENT ON TABLE inbox.outbox_sent IS
-'per outbox topic and target, the messages delivered: outbox_stats.sent';
+'per outbox topic and target, the messages delivered, the last delivery and the last error: outbox_stats';
 
 REVOKE ALL ON TABLE inbox.outbox_sent FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('inbox.outbox_sent', '');
 
 /*
- * Add each (topic, target, sent) of deltas to outbox_sent, in one order
+ * Add each (topic, target, sent) of deltas to outbox_sent, with the time
+ * (last_delivered_at), in one order
  * (by topic and target), so that two callers never wait for each other's
  * rows in a circle.  PL/pgSQL, so that the statement's plan is kept: a
  * SQL function is planned again at every call, and each acknowledgement
@@ -1665,13 +1672,14 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	INSERT INTO inbox.outbox_sent AS s (topic, target, sent)
-	SELECT d.topic, d.target, pg_catalog.sum(d.sent)
+	INSERT INTO inbox.outbox_sent AS s (topic, target, sent, last_delivered_at)
+	SELECT d.topic, d.target, pg_catalog.sum(d.sent), pg_catalog.clock_timestamp()
 	  FROM pg_catalog.unnest(deltas) AS d
 	 GROUP BY d.topic, d.target
 	 ORDER BY d.topic, d.target
 	ON CONFLICT ON CONSTRAINT outbox_sent_pkey DO UPDATE
-	   SET sent = s.sent OPERATOR(pg_catalog.+) EXCLUDED.sent;
+	   SET sent = s.sent OPERATOR(pg_catalog.+) EXCLUDED.sent,
+		   last_delivered_at = greatest(s.last_delivered_at, EXCLUDED.last_delivered_at);
 END
 $$;
 
@@ -2030,9 +2038,9 @@ AS $$
 $$;
 
 /*
- * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail.
- * They name no topic, so they are not entry points: SECURITY DEFINER
- * themselves, granted by the relay bundle (section 8).
+ * The relay's API: outbox_targets, outbox_fetch, outbox_ack, outbox_fail,
+ * outbox_report.  They name no topic, so they are not entry points:
+ * SECURITY DEFINER themselves, granted by the relay bundle (section 8).
  */
 
 -- The routes, for a relay to know which targets to fetch for
@@ -2182,7 +2190,7 @@ BEGIN
 		   AND d.state OPERATOR(pg_catalog.=) 'p'::"char"
 		RETURNING d.topic, d.target)
 	SELECT pg_catalog.array_agg(DISTINCT a.target), pg_catalog.count(*),
-		   pg_catalog.array_agg(ROW(a.topic, a.target, 1)::inbox.outbox_sent)
+		   pg_catalog.array_agg(ROW(a.topic, a.target, 1, NULL, NULL, NULL)::inbox.outbox_sent)
 	  INTO targets, done, counted
 	  FROM acked AS a;
 	IF done OPERATOR(pg_catalog.>) 0 THEN
@@ -2273,6 +2281,7 @@ BEGIN
 		   finished_at = CASE WHEN dead THEN pg_catalog.clock_timestamp() END,
 		   receipt = NULL, lease_until = NULL, last_error = outbox_fail.error, attempts = tries
 	 WHERE x.id OPERATOR(pg_catalog.=) d.id AND x.target OPERATOR(pg_catalog.=) d.target;
+	PERFORM inbox.outbox_note_error(d.topic, d.target, outbox_fail.error);
 	RETURN CASE WHEN dead THEN 'dead' ELSE 'pending' END;
 END
 $$;
@@ -2280,11 +2289,132 @@ $$;
 COMMENT ON FUNCTION @extschema@.outbox_fail(uuid, text, interval, boolean) IS
 'record a failed delivery: retry after a backoff, or dead after max_attempts; not counted when the target was unreachable';
 
+-- Note p_error as the last error of (topic, target), for outbox_stats,
+-- under the pair's row lock, as an acknowledgement takes it (after the
+-- delivery's, as an acknowledgement does).  PL/pgSQL, so that the plan is
+-- kept, as outbox_count_sent's is.
+CREATE FUNCTION inbox.outbox_note_error(p_topic text, p_target text, p_error text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	INSERT INTO inbox.outbox_sent AS s (topic, target, sent, last_error, last_error_at)
+	VALUES (p_topic, p_target, 0, p_error, pg_catalog.clock_timestamp())
+	ON CONFLICT ON CONSTRAINT outbox_sent_pkey DO UPDATE
+	   SET last_error = EXCLUDED.last_error, last_error_at = EXCLUDED.last_error_at;
+END
+$$;
+
 /*
- * Routes.  A target is a URL; one with a password in it is refused, and
- * so are options that name a secret: secrets live in the relay's secrets
- * file, never in a table.
+ * Record an error that is the target's, not a message's: the relay
+ * could not open the target, or does not serve its scheme.  It becomes
+ * the last error of every route to the target; no message counts an
+ * attempt.  Returns how many routes it was recorded for.
  */
+CREATE FUNCTION @extschema@.outbox_report(target text, error text)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_target text := outbox_report.target;
+	n integer;
+BEGIN
+	PERFORM inbox.outbox_check_target(p_target);
+	IF outbox_report.error IS NULL THEN
+		RAISE EXCEPTION 'error must not be null'
+			USING ERRCODE = '22004', HINT = 'Pass the reason the target could not be served.';
+	END IF;
+	-- In one order, as outbox_count_sent locks them
+	PERFORM inbox.outbox_note_error(r.topic, r.target, outbox_report.error)
+	   FROM inbox.outbox_routes AS r
+	  WHERE r.target OPERATOR(pg_catalog.=) p_target COLLATE "C"
+	  ORDER BY r.topic;
+	GET DIAGNOSTICS n = ROW_COUNT;
+	RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_report(text, text) IS
+'record an error of a target itself (it cannot be opened or served) as the last error of each of its routes';
+
+/*
+ * Routes.  A target is a URL of a scheme the relay serves, whose query
+ * holds only the parameters that scheme reads, and whose route options
+ * are only those the outbox reads: outbox_schemes() is the one list of
+ * both.  Secrets live in the relay's secrets file, never in a table: a
+ * password in the URL's user information, and a parameter or option
+ * whose name, percent-decoded and in any case, names a secret, are
+ * refused as such.  A parameter or option must be written as listed,
+ * since the relay and libpq read names byte for byte.
+ */
+CREATE FUNCTION @extschema@.outbox_schemes()
+RETURNS TABLE (scheme text, parameters text[], options text[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT s.scheme, s.parameters, ARRAY['max_attempts', 'backoff', 'max_backoff']
+	  FROM (VALUES
+		('amqp', ARRAY['exchange', 'routing_key', 'outbox_headers']),
+		('amqps', ARRAY['exchange', 'routing_key', 'outbox_headers', 'cacert']),
+		-- A webhook's query string goes to the endpoint as it is, and is
+		-- where endpoints take their credentials: none is accepted
+		('http', ARRAY[]::text[]),
+		('https', ARRAY[]::text[]),
+		('postgresql', NULL),
+		('postgres', NULL)) AS s0(scheme, parameters)
+	 CROSS JOIN LATERAL (SELECT s0.scheme, coalesce(s0.parameters, ARRAY[
+		-- The receiving inbox's scope and ordered, then libpq's own
+		-- parameters, but for its secrets (password, sslpassword,
+		-- oauth_client_secret) and those a relay has no use for
+		-- (replication, the interactive OAuth flow)
+		'scope', 'ordered',
+		'host', 'hostaddr', 'port', 'dbname', 'user', 'passfile', 'require_auth',
+		'channel_binding', 'connect_timeout', 'client_encoding', 'options',
+		'application_name', 'fallback_application_name', 'keepalives', 'keepalives_idle',
+		'keepalives_interval', 'keepalives_count', 'tcp_user_timeout', 'sslmode',
+		'sslnegotiation', 'sslcompression', 'sslcert', 'sslkey', 'sslcertmode', 'sslrootcert',
+		'sslcrl', 'sslcrldir', 'sslsni', 'requirepeer', 'ssl_min_protocol_version',
+		'ssl_max_protocol_version', 'min_protocol_version', 'max_protocol_version',
+		'gssencmode', 'krbsrvname', 'gsslib', 'gssdelegation', 'service',
+		'target_session_attrs', 'load_balance_hosts'])) AS s(scheme, parameters)
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_schemes() IS
+'the target schemes the relay serves, with the URL parameters and the route options each accepts';
+
+-- Whether a name (a URL parameter's, percent-decoded, or an option's)
+-- names a secret, in any case
+CREATE FUNCTION inbox.outbox_secret_name(name text)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT pg_catalog.lower(name COLLATE "C")
+		   ~ '(pass(word|wd|phrase)|pwd|secret|token|api[-_.]?key|authori[sz]ation|credential)'
+$$;
+
+-- s with its %XX escapes decoded, as UTF-8; NULL when the bytes are not
+-- valid text
+CREATE FUNCTION inbox.outbox_url_decode(s text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN pg_catalog.convert_from(pg_catalog.decode(coalesce(
+		(SELECT pg_catalog.string_agg(CASE WHEN r.m[1] ~ '^%[0-9A-Fa-f]{2}$'
+											THEN pg_catalog.substr(r.m[1], 2)
+											ELSE pg_catalog.encode(pg_catalog.convert_to(r.m[1], 'UTF8'), 'hex')
+									   END, '' ORDER BY r.n)
+		   FROM pg_catalog.regexp_matches(s, '%[0-9A-Fa-f]{2}|[^%]+|%', 'g') WITH ORDINALITY AS r(m, n)),
+		''), 'hex'), 'UTF8');
+EXCEPTION WHEN character_not_in_repertoire OR untranslatable_character THEN
+	RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION inbox.outbox_route(topic text, target text, options jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -2294,7 +2424,13 @@ DECLARE
 	p_topic text := outbox_route.topic;
 	p_target text := outbox_route.target;
 	opts jsonb := coalesce(outbox_route.options, '{}');
+	p_scheme text;
+	parameters text[];
+	allowed text[];
 	userinfo text;
+	pair text;
+	raw text;
+	name text;
 	k text;
 BEGIN
 	PERFORM inbox.outbox_check(p_topic, 'k', 0);
@@ -2305,25 +2441,87 @@ BEGIN
 				  DETAIL = pg_catalog.format('It is "%s".', inbox.quote(p_target)),
 				  HINT = 'For example amqp://host/vhost, https://host/path or postgresql://host/db?scope=s.';
 	END IF;
-	userinfo := pg_catalog.substring(pg_catalog.substring(p_target, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)'),
-									 '^(.*)@');
-	IF pg_catalog.strpos(coalesce(userinfo, ''), ':') OPERATOR(pg_catalog.>) 0
-	   OR p_target ~* '[?&](password|sslpassword|secret|token)=' THEN
+	p_scheme := pg_catalog.substring(p_target, '^([^:]*)://');
+	SELECT s.parameters, s.options INTO parameters, allowed
+	  FROM @extschema@.outbox_schemes() AS s WHERE s.scheme OPERATOR(pg_catalog.=) p_scheme;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'target''s scheme is not one the relay serves'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('It is "%s".',
+											 inbox.quote(pg_catalog.substring(p_target, '^([^:]*):'))),
+				  HINT = 'The schemes are ' OPERATOR(pg_catalog.||)
+						 (SELECT pg_catalog.string_agg(s.scheme OPERATOR(pg_catalog.||) '://', ', ')
+							FROM @extschema@.outbox_schemes() AS s) OPERATOR(pg_catalog.||)
+						 ': outbox_schemes() lists them.';
+	END IF;
+	-- The user information as libpq finds it, the widest reading: up to
+	-- the first '@' before the first '/'
+	userinfo := pg_catalog.substring(pg_catalog.substring(p_target, '^[^:]*://([^/]*)'), '^([^@]*)@');
+	IF pg_catalog.strpos(coalesce(userinfo, ''), ':') OPERATOR(pg_catalog.>) 0 THEN
 		RAISE EXCEPTION 'target must not hold a password'
 			USING ERRCODE = '22023',
 				  DETAIL = 'The routes table is readable by operators, and its rows reach dumps and logs.',
 				  HINT = 'Give the target without its password, and put the password in the relay''s secrets file.';
 	END IF;
+	IF userinfo IS NOT NULL AND p_scheme OPERATOR(pg_catalog.=) ANY ('{http,https}'::text[]) THEN
+		RAISE EXCEPTION 'target must not hold a password'
+			USING ERRCODE = '22023',
+				  DETAIL = 'A webhook''s user information is sent as its credentials.',
+				  HINT = 'Give the target without it; the relay signs webhooks with the secret of its secrets file.';
+	END IF;
+	-- Every pair after the first '?', as libpq reads them: a '#' does not
+	-- end the query for it
+	FOR pair IN SELECT p FROM pg_catalog.regexp_split_to_table(
+					 coalesce(pg_catalog.substring(p_target, '\?(.*)$'), ''), '&') AS p
+				 WHERE p OPERATOR(pg_catalog.<>) '' LOOP
+		raw := pg_catalog.split_part(pair, '=', 1);
+		name := inbox.outbox_url_decode(raw);
+		IF inbox.outbox_secret_name(name) THEN
+			RAISE EXCEPTION 'target must not hold a secret'
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('URL parameter "%s" names one; the routes table is readable '
+												 'by operators, and its rows reach dumps and logs.', inbox.quote(raw)),
+					  HINT = 'Put secrets in the relay''s secrets file.';
+		END IF;
+		IF NOT raw OPERATOR(pg_catalog.=) ANY (parameters) THEN
+			RAISE EXCEPTION 'URL parameter "%" is not one that %:// targets take', inbox.quote(raw), p_scheme
+				USING ERRCODE = '22023',
+					  DETAIL = CASE WHEN pg_catalog.lower(name COLLATE "C") OPERATOR(pg_catalog.=) ANY (parameters)
+									THEN pg_catalog.format('It is read as written: write it "%s".',
+														   pg_catalog.lower(name COLLATE "C"))
+									WHEN pg_catalog.cardinality(parameters) OPERATOR(pg_catalog.=) 0
+									THEN 'They take none: the query goes to the endpoint as it is, '
+										 'and is where endpoints take credentials.'
+									WHEN pg_catalog.cardinality(parameters) OPERATOR(pg_catalog.>) 8
+									THEN 'outbox_schemes() lists those they take.'
+									ELSE pg_catalog.format('They take %s.', pg_catalog.array_to_string(parameters, ', '))
+							   END,
+					  HINT = 'outbox_schemes() lists the parameters of each scheme.';
+		END IF;
+		IF raw OPERATOR(pg_catalog.=) 'ordered'
+		   AND inbox.outbox_url_decode(pg_catalog.substr(pair, 9)) IS DISTINCT FROM 'on'
+		   AND inbox.outbox_url_decode(pg_catalog.substr(pair, 9)) IS DISTINCT FROM 'off' THEN
+			RAISE EXCEPTION 'URL parameter "ordered" must be on or off'
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('It is "%s".', inbox.quote(pg_catalog.substr(pair, 9)));
+		END IF;
+	END LOOP;
 	IF pg_catalog.jsonb_typeof(opts) OPERATOR(pg_catalog.<>) 'object' THEN
 		RAISE EXCEPTION 'options must be a JSON object'
 			USING ERRCODE = '22023';
 	END IF;
 	FOR k IN SELECT pg_catalog.jsonb_object_keys(opts) LOOP
-		IF k ~* '(password|secret|token)' THEN
+		IF inbox.outbox_secret_name(k) THEN
 			RAISE EXCEPTION 'options must not hold a secret'
 				USING ERRCODE = '22023',
 					  DETAIL = pg_catalog.format('Option "%s" names one.', inbox.quote(k)),
 					  HINT = 'Put secrets in the relay''s secrets file.';
+		END IF;
+		IF NOT k OPERATOR(pg_catalog.=) ANY (allowed) THEN
+			RAISE EXCEPTION 'option "%" is not one that routes to %:// take', inbox.quote(k), p_scheme
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('They take %s.', pg_catalog.array_to_string(allowed, ', ')),
+					  HINT = 'outbox_schemes() lists the options of each scheme.';
 		END IF;
 	END LOOP;
 	BEGIN
@@ -2346,13 +2544,21 @@ BEGIN
 	INSERT INTO inbox.outbox_routes AS r (topic, target, options)
 	VALUES (p_topic, p_target, opts)
 	ON CONFLICT ON CONSTRAINT outbox_routes_pkey DO UPDATE SET options = EXCLUDED.options;
+	-- The relays re-read their targets when this commits
+	PERFORM pg_catalog.pg_notify('inbox_outbox_routes', p_target);
 END
 $$;
 
 /*
  * Removing a route stops deliveries to its target: the messages of the
  * topic not yet delivered there (pending or dead) are no longer for it,
- * and its count of delivered messages goes.
+ * and its count of delivered messages goes.  A send in flight may have
+ * read the route and written a delivery this could not see: so this
+ * first waits for every send in flight to end, and holds back new ones
+ * until it commits (SHARE on outbox_messages, which every send writes
+ * and no other writer holds for long but the purge), then deletes with
+ * a snapshot that sees what they committed.  Under REPEATABLE READ the
+ * snapshot is older than the wait: refused.
  */
 CREATE FUNCTION inbox.outbox_unroute(topic text, target text)
 RETURNS void
@@ -2365,6 +2571,14 @@ DECLARE
 BEGIN
 	PERFORM inbox.outbox_check(p_topic, 'k', 0);
 	PERFORM inbox.outbox_check_target(p_target);
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		RAISE EXCEPTION 'outbox_unroute cannot run under REPEATABLE READ or SERIALIZABLE'
+			USING ERRCODE = '0A000',
+				  DETAIL = 'It waits for the sends in flight, and its snapshot, taken before the wait, '
+						   'could not see the deliveries they wrote.',
+				  HINT = 'Remove the route in a READ COMMITTED transaction.';
+	END IF;
+	LOCK TABLE inbox.outbox_messages IN SHARE MODE;
 	DELETE FROM inbox.outbox_routes AS r
 	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
 	   AND r.target OPERATOR(pg_catalog.=) p_target COLLATE "C";
@@ -2380,6 +2594,7 @@ BEGIN
 	DELETE FROM inbox.outbox_sent AS s
 	 WHERE s.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C"
 	   AND s.target OPERATOR(pg_catalog.=) p_target COLLATE "C";
+	PERFORM pg_catalog.pg_notify('inbox_outbox_routes', p_target);
 END
 $$;
 
@@ -2514,7 +2729,8 @@ COMMENT ON FUNCTION @extschema@.outbox_requeue(uuid) IS
  */
 CREATE FUNCTION inbox.outbox_counts()
 RETURNS TABLE (topic text, target text, pending bigint, oldest_pending timestamptz,
-			   sent bigint, failed bigint, dead bigint)
+			   sent bigint, failed bigint, dead bigint, last_error text, last_error_at timestamptz,
+			   last_delivered_at timestamptz)
 LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -2538,7 +2754,7 @@ AS $$
 		UNION SELECT s.topic, s.target FROM inbox.outbox_sent AS s
 			   WHERE s.sent OPERATOR(pg_catalog.<>) 0)
 	SELECT p.topic, p.target, coalesce(o.pending, 0), o.oldest_pending, coalesce(s.sent, 0),
-		   coalesce(o.failed, 0), coalesce(x.dead, 0)
+		   coalesce(o.failed, 0), coalesce(x.dead, 0), s.last_error, s.last_error_at, s.last_delivered_at
 	  FROM pairs AS p
 	  LEFT JOIN open AS o ON o.topic = p.topic AND o.target = p.target
 	  LEFT JOIN dead AS x ON x.topic = p.topic AND x.target = p.target
@@ -2570,12 +2786,12 @@ $$;
 CREATE VIEW @extschema@.outbox_stats WITH (security_barrier) AS
 	SELECT c.topic COLLATE "C" AS topic, c.target COLLATE "C" AS target,
 		   c.pending, now() - c.oldest_pending AS oldest_pending_age,
-		   c.sent, c.failed, c.dead
+		   c.sent, c.failed, c.dead, c.last_error, c.last_error_at, c.last_delivered_at
 	  FROM inbox.outbox_counts() AS c
 	 WHERE inbox.scope_visible(c.topic);
 
 COMMENT ON VIEW @extschema@.outbox_stats IS
-'per outbox topic and target: pending, oldest pending age, sent, failed (retrying) and dead';
+'per outbox topic and target: pending, oldest pending age, sent, failed (retrying), dead, the last error and the last delivery';
 
 CREATE VIEW @extschema@.outbox_dead_letters WITH (security_barrier) AS
 	SELECT d.id, d.topic COLLATE "C" AS topic, d.key COLLATE "C" AS key, d.position,
@@ -2621,6 +2837,11 @@ REVOKE ALL ON FUNCTION inbox.outbox_target_known(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_purge(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_route(text, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_unroute(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_secret_name(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_url_decode(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_note_error(text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_schemes() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.outbox_report(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, jsonb, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send(text, text, bytea, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.outbox_send_many(text, text[], jsonb[], jsonb) FROM PUBLIC;
@@ -3428,3 +3649,8 @@ REVOKE ALL ON TABLE @extschema@.outbox_relays FROM PUBLIC;
 SELECT inbox.bundle_add('relay', 'function',
 						'@extschema@.outbox_relay_beat(text, text, integer, interval, interval, bigint, bigint)');
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.outbox_relays');
+
+-- Routes' schemes and the target's own errors, each in its bundles
+SELECT inbox.bundle_add('operator', 'function', '@extschema@.outbox_schemes()');
+SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_schemes()');
+SELECT inbox.bundle_add('relay', 'function', '@extschema@.outbox_report(text, text)');

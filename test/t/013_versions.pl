@@ -140,7 +140,7 @@ is( $node->safe_psql('v100', q{
 		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
 		SELECT inbox_claim('b', 'm-1'), count(*) FROM inbox_bundles;
 	}),
-	"1.1.0\nf|42",
+	"1.1.0\nf|45",
 	'and keeps its history through the update to 1.1.0, which adds the bundles, content windows, the outbox '
 	  . 'and ordered groups (one receive per payload type in place of two)');
 my %in_110 = map { $_ => 1 } split /\n/, $node->safe_psql('v100', $identities);

@@ -164,9 +164,11 @@ is($out, "t\nt\n2", 'publisher: four messages sent');
 	SELECT count(*) FROM held;
 	SELECT bool_and(outbox_ack(receipt)) FROM held WHERE key <> 'o-4';
 	SELECT outbox_fail(receipt, 'HTTP 410') FROM held WHERE key = 'o-4';
+	SELECT outbox_report('https://hooks.example/orders', 'cannot connect');
+	SELECT count(*) FROM outbox_schemes();
 });
-ok($ok, 'relay: targets, fetch, ack and fail run as the relay role') or diag($err);
-is($out, "1\n4\nt\ndead", 'relay: four fetched, three delivered, one dead');
+ok($ok, 'relay: targets, fetch, ack, fail, report and the schemes run as the relay role') or diag($err);
+is($out, "1\n4\nt\ndead\n1\n6", 'relay: four fetched, three delivered, one dead, one route reported');
 
 # A dead letter for the operator to requeue
 $node->sql(q{
@@ -188,9 +190,11 @@ $node->sql(q{
 	SELECT count(*) FROM outbox_routes;
 	SELECT outbox_requeue(id) FROM outbox_dead_letters;
 	SELECT count(*) FROM outbox_dead_letters;
+	SELECT last_error FROM outbox_stats;
+	SELECT count(*) FROM outbox_schemes();
 });
-ok($ok, 'operator: every view, and requeue, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n0\n12\n\n0\n3\n1\n1\n0", 'operator: the dead letters were seen and requeued');
+ok($ok, 'operator: every view, requeue and the schemes, as the operator role') or diag($err);
+is($out, "t\npoison\n0\n0\n0\n12\n\n0\n3\n1\n1\n0\ncannot connect\n6", 'operator: the dead letters were seen and requeued');
 
 # --- what each role may not do --------------------------------------------------------
 
