@@ -195,39 +195,6 @@ relay_metrics_dead(void)
 
 /* --- the endpoint ------------------------------------------------------ */
 
-/* A growing buffer: what a scrape answers, however many targets */
-typedef struct Text
-{
-	char	   *data;
-	size_t		len;
-	size_t		size;
-} Text;
-
-static void
-text_add(Text *t, const char *fmt,...) __attribute__((format(printf, 2, 3)));
-
-static void
-text_add(Text *t, const char *fmt,...)
-{
-	va_list		ap;
-	int			n;
-
-	for (;;)
-	{
-		va_start(ap, fmt);
-		n = vsnprintf(t->data + t->len, t->size - t->len, fmt, ap);
-		va_end(ap);
-		if (n < 0)
-			return;
-		if ((size_t) n < t->size - t->len)
-			break;
-		t->size = (t->size + n + 1) * 2;
-		if ((t->data = realloc(t->data, t->size)) == NULL)
-			_exit(1);
-	}
-	t->len += n;
-}
-
 /* A label value, escaped as the text format wants: \\, \" and \n */
 static const char *
 label(const char *value, char *buf)
@@ -251,14 +218,14 @@ label(const char *value, char *buf)
 }
 
 static void
-metric_head(Text *t, const char *name, const char *type, const char *help)
+metric_head(RelayText *t, const char *name, const char *type, const char *help)
 {
-	text_add(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	relay_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* The exposition of every slot named so far */
 static void
-exposition(Text *t)
+exposition(RelayText *t)
 {
 	static const struct
 	{
@@ -290,13 +257,13 @@ exposition(Text *t)
 	{
 		metric_head(t, simple[k].name, simple[k].type, simple[k].help);
 		for (i = 0; i < nslots; i++)
-			text_add(t, "%s{target=\"%s\"} %llu\n", simple[k].name, label(ready[i]->target, buf),
+			relay_text_printf(t, "%s{target=\"%s\"} %llu\n", simple[k].name, label(ready[i]->target, buf),
 					 (unsigned long long) __atomic_load_n((uint64_t *) ((char *) ready[i] + simple[k].offset),
 														  __ATOMIC_RELAXED));
 	}
 	metric_head(t, "inbox_relay_in_flight", "gauge", "Messages fetched and not yet settled.");
 	for (i = 0; i < nslots; i++)
-		text_add(t, "inbox_relay_in_flight{target=\"%s\"} %lld\n", label(ready[i]->target, buf),
+		relay_text_printf(t, "inbox_relay_in_flight{target=\"%s\"} %lld\n", label(ready[i]->target, buf),
 				 (long long) __atomic_load_n(&ready[i]->in_flight, __ATOMIC_RELAXED));
 	metric_head(t, "inbox_relay_up", "gauge",
 				"1 while a process of this relay delivers to the target, 0 while none does.");
@@ -304,7 +271,7 @@ exposition(Text *t)
 	{
 		pid_t		pid = __atomic_load_n(&ready[i]->pid, __ATOMIC_ACQUIRE);
 
-		text_add(t, "inbox_relay_up{target=\"%s\"} %d\n", label(ready[i]->target, buf),
+		relay_text_printf(t, "inbox_relay_up{target=\"%s\"} %d\n", label(ready[i]->target, buf),
 				 pid > 0 && kill(pid, 0) == 0 ? 1 : 0);
 	}
 	metric_head(t, "inbox_relay_batch_duration_seconds", "histogram",
@@ -316,14 +283,14 @@ exposition(Text *t)
 
 		label(s->target, buf);
 		for (b = 0; b < NBUCKETS; b++)
-			text_add(t, "inbox_relay_batch_duration_seconds_bucket{target=\"%s\",le=\"%g\"} %llu\n",
+			relay_text_printf(t, "inbox_relay_batch_duration_seconds_bucket{target=\"%s\",le=\"%g\"} %llu\n",
 					 buf, bucket_le[b],
 					 (unsigned long long) __atomic_load_n(&s->bucket[b], __ATOMIC_RELAXED));
-		text_add(t, "inbox_relay_batch_duration_seconds_bucket{target=\"%s\",le=\"+Inf\"} %llu\n",
+		relay_text_printf(t, "inbox_relay_batch_duration_seconds_bucket{target=\"%s\",le=\"+Inf\"} %llu\n",
 				 buf, (unsigned long long) count);
-		text_add(t, "inbox_relay_batch_duration_seconds_sum{target=\"%s\"} %.6f\n",
+		relay_text_printf(t, "inbox_relay_batch_duration_seconds_sum{target=\"%s\"} %.6f\n",
 				 buf, __atomic_load_n(&s->batch_us, __ATOMIC_RELAXED) / 1e6);
-		text_add(t, "inbox_relay_batch_duration_seconds_count{target=\"%s\"} %llu\n",
+		relay_text_printf(t, "inbox_relay_batch_duration_seconds_count{target=\"%s\"} %llu\n",
 				 buf, (unsigned long long) count);
 	}
 	free(buf);
@@ -352,8 +319,8 @@ serve_one(int fd)
 	char		req[4096];
 	size_t		len = 0;
 	struct timeval tv = {2, 0};
-	Text		body = {NULL, 0, 0};
-	Text		head = {NULL, 0, 0};
+	RelayText	body = {NULL, 0, 0};
+	RelayText	head = {NULL, 0, 0};
 
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
@@ -373,13 +340,13 @@ serve_one(int fd)
 		strncmp(req, "GET / ", 6) == 0)
 	{
 		exposition(&body);
-		text_add(&head, "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+		relay_text_printf(&head, "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
 				 "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.len);
 	}
 	else
 	{
-		text_add(&body, "not found: the metrics are at /metrics\n");
-		text_add(&head, "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
+		relay_text_printf(&body, "not found: the metrics are at /metrics\n");
+		relay_text_printf(&head, "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
 				 "Content-Length: %zu\r\nConnection: close\r\n\r\n", body.len);
 	}
 	write_all(fd, head.data, head.len);

@@ -308,46 +308,18 @@ pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 	return result;
 }
 
-/* A growing string */
-typedef struct Text
-{
-	char	   *data;
-	size_t		len;
-	size_t		size;
-} Text;
-
-/* Make room for n more bytes and the terminating zero */
-static void
-text_reserve(Text *s, size_t n)
-{
-	if (s->len + n + 1 > s->size)
-	{
-		s->size = (s->len + n + 1) * 2;
-		s->data = realloc(s->data, s->size);
-	}
-}
-
-static void
-text_add(Text *s, const char *p, size_t n)
-{
-	text_reserve(s, n);
-	memcpy(s->data + s->len, p, n);
-	s->len += n;
-	s->data[s->len] = '\0';
-}
-
 /*
  * Add one element to an array literal: in double quotes, its quotes and
  * backslashes escaped; binary bytes as bytea's hex form.  Room for the
  * longest form (every byte doubled) is made once.
  */
 static void
-text_add_element(Text *s, const char *p, size_t n, bool binary)
+text_add_element(RelayText *s, const char *p, size_t n, bool binary)
 {
 	static const char hex[] = "0123456789abcdef";
 	char	   *out;
 
-	text_reserve(s, 2 * n + 6);
+	relay_text_reserve(s, 2 * n + 6);
 	out = s->data + s->len;
 	if (s->len > 1)
 		*out++ = ',';
@@ -389,7 +361,7 @@ static void
 receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count, bool binary,
 			 RelayResult *results, char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
 {
-	Text		ids = {0},
+	RelayText	ids = {0},
 				payloads = {0},
 				keys = {0};
 	const char *params[4];
@@ -398,18 +370,18 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 	bool		ran;
 	int			i;
 
-	text_add(&ids, "{", 1);
-	text_add(&payloads, "{", 1);
-	text_add(&keys, "{", 1);
+	relay_text_append(&ids, "{", 1);
+	relay_text_append(&payloads, "{", 1);
+	relay_text_append(&keys, "{", 1);
 	for (i = 0; i < count; i++)
 	{
 		text_add_element(&ids, m[which[i]].id, strlen(m[which[i]].id), false);
 		text_add_element(&payloads, m[which[i]].body, m[which[i]].body_len, binary);
 		text_add_element(&keys, m[which[i]].key, strlen(m[which[i]].key), false);
 	}
-	text_add(&ids, "}", 1);
-	text_add(&payloads, "}", 1);
-	text_add(&keys, "}", 1);
+	relay_text_append(&ids, "}", 1);
+	relay_text_append(&payloads, "}", 1);
+	relay_text_append(&keys, "}", 1);
 	ran = budget(t, errors[which[0]], &outcome);
 	if (ran)
 	{

@@ -122,6 +122,18 @@ extern void relay_debug(int level, const char *fmt,...) __attribute__((format(pr
 extern void relay_log_prefix(const char *target);
 extern double relay_now(void);
 
+/* text.c: a string that grows as it is written */
+typedef struct RelayText
+{
+	char	   *data;			/* NULL until written; free() it */
+	size_t		len;
+	size_t		size;
+} RelayText;
+
+extern void relay_text_reserve(RelayText *t, size_t n);
+extern void relay_text_append(RelayText *t, const char *p, size_t n);
+extern void relay_text_printf(RelayText *t, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+
 /* url.c */
 extern char *relay_url_param(const char *url, const char *name);
 extern char *relay_url_without_query(const char *url);

@@ -49,7 +49,7 @@ my @relay_layers = (
 		[ webhook => qw(webhook.c) ],
 		[ postgres => qw(postgres.c) ],
 	],
-	[ base => [ relay => qw(relay.h log.c url.c) ] ],
+	[ base => [ relay => qw(relay.h log.c text.c url.c) ] ],
 );
 
 # The extension's, top to bottom; each module with the files it owns.
