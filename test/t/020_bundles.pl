@@ -194,7 +194,7 @@ $node->sql(q{
 	SELECT count(*) FROM outbox_schemes();
 });
 ok($ok, 'operator: every view, requeue and the schemes, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n0\n12\n\n0\n3\n1\n1\n0\ncannot connect\n6", 'operator: the dead letters were seen and requeued');
+is($out, "t\npoison\n0\n0\n0\n13\n\n0\n3\n1\n1\n0\ncannot connect\n6", 'operator: the dead letters were seen and requeued');
 
 # --- what each role may not do --------------------------------------------------------
 
