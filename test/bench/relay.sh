@@ -11,7 +11,8 @@
 #	  messages per second and the machine's CPU per message, medians.
 #	  Target: inbox-relay >= 1.0 x the hand-written relay, and >= 0.95 x
 #	  the relay of BENCH_RELAY_BASELINE (42e5910 by default: side "base",
-#	  built here from git archive, draining into this extension).  Side
+#	  built by test/tools/run.sh from git archive, draining into this
+#	  extension).  Side
 #	  "metrics" is inbox-relay serving --metrics, scraped twice a second
 #	  during its drain: what the endpoint costs.  A third side,
 #	  "ordered", is the same hand-written relay keeping inbox-relay's order per key (hand_relay.c
@@ -28,7 +29,8 @@
 #	  postgresql:// target, a database of the same cluster; messages per
 #	  second, for the record (no baseline, no target).
 #
-# BENCH_RELAY_BASELINE names the baseline's revision ("" for none).
+# BENCH_RELAY_BASELINE names the baseline's revision ("" for none); run.sh
+# passes its relay as BENCH_RELAY_BASELINE_BIN.
 # A private RabbitMQ on loopback, stopped with the cluster.  Skipped, with
 # one line, without inbox-relay, rabbitmq-server or python3-pika.
 #
@@ -151,19 +153,12 @@ cc -O2 -o "$work/hand_relay" "$here/hand_relay.c" -I"$(pg_config --includedir)" 
 	-L"$(pg_config --libdir)" -lpq -lrabbitmq || fail "hand_relay.c did not build"
 rl_pika purge relay-bench >/dev/null
 
-# The baseline's relay, from git archive of its relay/ alone
-rl_base_rev=${BENCH_RELAY_BASELINE-42e5910}
-rl_base_bin=""
-if [ -n "$rl_base_rev" ]; then
-	mkdir -p "$work/base-relay"
-	if git -C "$here/../.." -c safe.directory='*' archive "$rl_base_rev" relay 2>"$work/base-relay.log" |
-		tar -xf - -C "$work/base-relay" &&
-		make -C "$work/base-relay/relay" -s PG_CONFIG="$(command -v pg_config)" >>"$work/base-relay.log" 2>&1; then
-		rl_base_bin=$work/base-relay/relay/inbox-relay
-	else
-		echo "The relay of $rl_base_rev did not build: side base left out ($(tail -n 1 "$work/base-relay.log"))"
-		echo
-	fi
+# The baseline's relay, built by run.sh from git archive of its relay/
+rl_base_rev=${BENCH_RELAY_BASELINE_NAME:-}
+rl_base_bin=${BENCH_RELAY_BASELINE_BIN:-}
+if [ -n "${BENCH_RELAY_BASELINE_WHY:-}" ]; then
+	echo "Side base left out: $BENCH_RELAY_BASELINE_WHY"
+	echo
 fi
 rl_metrics_port=$(rl_port)
 

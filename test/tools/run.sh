@@ -210,8 +210,27 @@ case "$mode" in
 				baseline_bindir='' baseline_why="$release could not be built: $(tail -n 1 "$baseline/why")"
 			fi
 		fi
+		# The relay of BENCH_RELAY_BASELINE (a revision), built from git
+		# archive of its relay/ alone, for test/bench/relay.sh's side base
+		relay_rev=${BENCH_RELAY_BASELINE-42e5910}
+		relay_base_bin='' relay_base_why=''
+		if [ "${BENCH_SKIP_RELAY:-0}" = 0 ] && [ -n "$relay_rev" ]; then
+			relay_base=$(mktemp -d "${TMPDIR:-/tmp}/inbox-relay-base.XXXXXX")
+			trap 'rm -rf "$work" "${baseline:-}" "$relay_base"' EXIT
+			[ "$work" = "$top" ] && trap 'rm -rf "${baseline:-}" "$relay_base"' EXIT
+			if git -C "$top" -c safe.directory='*' archive "$relay_rev" relay 2>"$relay_base/why" |
+				tar -xf - -C "$relay_base" 2>>"$relay_base/why" &&
+				make -C "$relay_base/relay" -s PG_CONFIG="$PG_CONFIG" >>"$relay_base/why" 2>&1; then
+				relay_base_bin=$relay_base/relay/inbox-relay
+				[ "$(id -u)" -eq 0 ] && chown -R "$runner" "$relay_base"
+			else
+				relay_base_why="the relay of $relay_rev could not be built: $(tail -n 1 "$relay_base/why")"
+			fi
+		fi
 		as_runner env BENCH_BASELINE_BINDIR="$baseline_bindir" \
 			BENCH_BASELINE_NAME="$release" BENCH_BASELINE_WHY="$baseline_why" \
+			BENCH_RELAY_BASELINE_BIN="$relay_base_bin" BENCH_RELAY_BASELINE_NAME="$relay_rev" \
+			BENCH_RELAY_BASELINE_WHY="$relay_base_why" \
 			bash "$work/test/bench/bench.sh" "${@:2}"
 		system_pg_unchanged run.sh
 		;;
