@@ -26,8 +26,10 @@
 #	  and notes how long after its send's statement it arrived; p50 and
 #	  p99.  Target: p50 <= 10 ms at 1,000 messages/s.
 #	- to another database's inbox: the throughput drain again, to a
-#	  postgresql:// target, a database of the same cluster; messages per
-#	  second, for the record (no baseline, no target).
+#	  postgresql:// target, a database of the same cluster, with each
+#	  key's messages in its group there (the default) and with
+#	  ordered=off, alternating; messages per second, for the record (no
+#	  baseline, no target).
 #
 # BENCH_RELAY_BASELINE names the baseline's revision ("" for none); run.sh
 # passes its relay as BENCH_RELAY_BASELINE_BIN.
@@ -165,11 +167,13 @@ rl_metrics_port=$(rl_port)
 # Each side's topic and target (inbox-relay) or table (hand_relay.c);
 # side pg, another database's inbox, is drained after the latency run
 rl_pg_target="postgresql:///relay_inbox?scope=mirror"
+rl_pgoff_target="postgresql:///relay_inbox?scope=mirroroff&ordered=off"
 declare -A rl_topic=([inbox]=relaybench [base]=relaybench [metrics]=relaybench
-	[headers]=relayheaders [pg]=relaymirror)
+	[headers]=relayheaders [pg]=relaymirror [pgoff]=relaymirroroff)
 declare -A rl_to=([inbox]=$rl_target [base]=$rl_target [metrics]=$rl_target
-	[headers]=$rl_headers_target [pg]=$rl_pg_target)
-declare -A rl_exe=([inbox]=$rl_bin [base]=$rl_base_bin [metrics]=$rl_bin [headers]=$rl_bin [pg]=$rl_bin)
+	[headers]=$rl_headers_target [pg]=$rl_pg_target [pgoff]=$rl_pgoff_target)
+declare -A rl_exe=([inbox]=$rl_bin [base]=$rl_base_bin [metrics]=$rl_bin [headers]=$rl_bin [pg]=$rl_bin
+	[pgoff]=$rl_bin)
 declare -A rl_extra=([metrics]="--metrics=127.0.0.1:$rl_metrics_port")
 declare -A rl_table=([hand]=hand_relay_outbox [ordered]=hand_ordered_outbox)
 
@@ -192,7 +196,7 @@ rl_fill()
 # emptied, or the other database's inbox
 rl_delivered()
 {
-	if [ "$1" = pg ]; then
+	if [[ $1 == pg* ]]; then
 		psql -X -tA -d relay_inbox -c "SELECT count(*) FROM inbox.entries"
 	else
 		rl_pika purge relay-bench
@@ -234,7 +238,7 @@ rl_busy()
 rl_drain()
 {
 	local t0 t1 before got b0 b1 scraper=""
-	before=$([ "$1" = pg ] && rl_delivered pg || echo 0)
+	before=$([[ $1 == pg* ]] && rl_delivered "$1" || echo 0)
 	if [ "$1" = metrics ]; then
 		(while :; do
 			curl -s "http://127.0.0.1:$rl_metrics_port/metrics" >/dev/null
@@ -370,16 +374,30 @@ echo
 # cluster (the relay's connection to it takes PGHOST and PGPORT)
 createdb relay_inbox
 psql -X -q -v ON_ERROR_STOP=1 -d relay_inbox -c "CREATE EXTENSION inbox" >/dev/null
-sql "SELECT outbox_route('relaymirror', '$rl_pg_target', '{\"max_attempts\": 1000}')" >/dev/null
-rl_pg_rates=""
+sql "SELECT outbox_route('relaymirror', '$rl_pg_target', '{\"max_attempts\": 1000}'),
+	outbox_route('relaymirroroff', '$rl_pgoff_target', '{\"max_attempts\": 1000}')" >/dev/null
+# Each key's messages go in its group there (the default), or in none
+# (ordered=off): what keeping the order downstream costs.  The two sides
+# in the order ABBA, repeated.
+declare -A rl_db_rates=([pg]="" [pgoff]="")
 for ((r = 0; r < rl_rounds; r++)); do
-	rl_fill pg
-	sql "CHECKPOINT" >/dev/null
-	out=$(rl_drain pg) || exit 1
-	read -r v _ <<<"$out"
-	rl_pg_rates="$rl_pg_rates $v"
+	for side in $( ((r % 2 == 0)) && echo pg pgoff || echo pgoff pg); do
+		rl_fill "$side"
+		sql "CHECKPOINT" >/dev/null
+		out=$(rl_drain "$side") || exit 1
+		read -r v _ <<<"$out"
+		rl_db_rates[$side]="${rl_db_rates[$side]} $v"
+	done
 done
-read -r rl_pg_m rl_pg_min rl_pg_max <<<"$(stats "$rl_pg_rates")"
-echo "- to another database's inbox (a database of the same cluster): $rl_messages messages on 1,000 keys per run, batches of 100, $rl_rounds run(s): median $rl_pg_m msg/s (min $rl_pg_min, max $rl_pg_max); no target"
+read -r rl_pg_m rl_pg_min rl_pg_max <<<"$(stats "${rl_db_rates[pg]}")"
+read -r rl_pgoff_m rl_pgoff_min rl_pgoff_max <<<"$(stats "${rl_db_rates[pgoff]}")"
+echo "- to another database's inbox (a database of the same cluster): $rl_messages messages on 1,000 keys per run, batches of 100, $rl_rounds run(s) of each side"
+echo
+echo "| receiving side | median msg/s | min | max |"
+echo "|---|---:|---:|---:|"
+echo "| each key in its group (default) | $rl_pg_m | $rl_pg_min | $rl_pg_max |"
+echo "| ordered=off | $rl_pgoff_m | $rl_pgoff_min | $rl_pgoff_max |"
+echo
+echo "in groups / ordered=off: $(awk -v a="$rl_pg_m" -v b="$rl_pgoff_m" 'BEGIN { printf "%.3f", a / b }') (no target: what keeping each key's order downstream costs)"
 echo
 export PGDATABASE=bench
