@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * check.c
- *	  inbox-relay check [--secrets=FILE] [--timeout=SECONDS] CONNINFO:
- *	  whether the relay could deliver, without delivering anything.
+ *	  inbox-relay check [--secrets=FILE] [--timeout=SECONDS]
+ *	  [--management=URL] CONNINFO: whether the relay could deliver, without
+ *	  delivering anything.
  *
  * It connects to the database, reads the routed targets (outbox_targets())
  * and, for each, opens it as the relay would (the transport's open(), with
@@ -10,10 +11,12 @@
  * when it has one (the AMQP one declares the exchange, and the queue when
  * one is named, passively), and closes it.  An HTTP target, whose open()
  * connects to nothing, is checked by a TCP connection to its host and
- * port, with no request.  One line per target on stdout, "OK TARGET" or
- * "FAIL TARGET: REASON"; the exit status is 0 when every line is OK, 1
- * otherwise (or when the database cannot be read), 2 on a wrong command
- * line.  Nothing is fetched, published or acknowledged.
+ * port, with no request.  With --management, an AMQP target's exchange
+ * must also have a binding its messages could follow (management.c).  One
+ * line per target on stdout, "OK TARGET" or "FAIL TARGET: REASON"; the
+ * exit status is 0 when every line is OK, 1 otherwise (or when the
+ * database cannot be read), 2 on a wrong command line.  Nothing is
+ * fetched, published or acknowledged.
  *
  * relay/check.c
  *
@@ -31,6 +34,7 @@
 #include <errno.h>
 
 #include "daemon.h"
+#include "management.h"
 
 /*
  * An HTTP(S) target's host and port reached by TCP within relay_timeout:
@@ -154,11 +158,13 @@ relay_check_main(int argc, char **argv)
 	static const struct option options[] = {
 		{"secrets", required_argument, NULL, 's'},
 		{"timeout", required_argument, NULL, 'T'},
+		{"management", required_argument, NULL, 'm'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0}
 	};
 	PGconn	   *conn;
 	PGresult   *res;
+	const char *management = NULL;
 	int			c,
 				i,
 				failures = 0;
@@ -179,6 +185,9 @@ relay_check_main(int argc, char **argv)
 					return 2;
 				}
 				break;
+			case 'm':
+				management = optarg;
+				break;
 			case 'h':
 				printf("inbox-relay check connects to the database and to each routed target,\n"
 					   "and says for each whether it could be delivered to; it sends nothing.\n\n"
@@ -186,6 +195,8 @@ relay_check_main(int argc, char **argv)
 					   "Options:\n"
 					   "  --secrets=FILE      the targets' secrets, as for inbox-relay\n"
 					   "  --timeout=SECONDS   how long a target may take to answer (default 5)\n"
+					   "  --management=URL    RabbitMQ's management API (http://HOST:15672): check\n"
+					   "                      that each AMQP exchange has a binding for its messages\n"
 					   "  --help              show this help, then exit\n\n"
 					   "One line per target, \"OK TARGET\" or \"FAIL TARGET: REASON\"; exit status 0\n"
 					   "when every target is OK, 1 otherwise.\n");
@@ -224,7 +235,8 @@ relay_check_main(int argc, char **argv)
 		const char *target = PQgetvalue(res, i, 0);
 		char		error[RELAY_ERROR_SIZE] = "";
 
-		if (check_target(target, error))
+		if (check_target(target, error) &&
+			(management == NULL || relay_bindings_check(conn, management, target, error)))
 			printf("OK %s\n", target);
 		else
 		{

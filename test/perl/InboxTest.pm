@@ -415,6 +415,109 @@ sub start_group
 	return $pid;
 }
 
+# --- an HTTP sink -------------------------------------------------------------------
+
+# A webhook served by the test: a process listening on 127.0.0.1, at a
+# port of the system's choosing, that serves each connection in a process
+# of its own, so that requests a relay sends at once are served at once.
+# Options, one of:
+#   request => sub { my ($r) = @_; ... }: the connection is kept alive and
+#     each request on it read as a request line, header lines and
+#     Content-Length bytes of body; the sub is given a hash ref (line,
+#     method, path, headers by lower-case name, body) and returns the
+#     answer: (status, reason phrase, a ref to a list of header lines,
+#     body), each optional (200, "OK" for 200 and "X" otherwise, none,
+#     empty);
+#   connection => sub { my ($socket, $n) = @_; ... }: serves the n-th
+#     connection itself, from its raw bytes.
+# Returns (port, pid).  Its process group is killed when the test ends;
+# its processes never run the test's END blocks, which would stop the
+# clusters.
+my @http_sinks;
+my $http_sinks_owner = $$;
+
+END
+{
+	local $?;
+	if ($$ == $http_sinks_owner)
+	{
+		kill 'KILL', -$_ for @http_sinks;
+	}
+}
+
+sub start_http_sink
+{
+	my (%opts) = @_;
+	my $listen = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 128, ReuseAddr => 1)
+	  or die "listen: $!";
+	my $port = $listen->sockport;
+	my $pid = fork() // die "fork: $!";
+	if ($pid == 0)
+	{
+		setpgrp(0, 0);
+		$SIG{__DIE__} = sub { warn @_; POSIX::_exit(1) };
+		# A relay that gave up on an answer has closed its end
+		$SIG{PIPE} = 'IGNORE';
+		$SIG{CHLD} = 'IGNORE';
+		my $n = 0;
+		while (my $c = $listen->accept)
+		{
+			$n++;
+			my $child = fork() // die "fork: $!";
+			if ($child != 0)
+			{
+				close $c;
+				next;
+			}
+			if ($opts{connection})
+			{
+				$opts{connection}->($c, $n);
+			}
+			else
+			{
+				serve_http_requests($c, $opts{request});
+			}
+			close $c;
+			POSIX::_exit(0);
+		}
+		POSIX::_exit(0);
+	}
+	# Its own process group from here on, whichever of the two runs first
+	setpgrp($pid, $pid);
+	close $listen;
+	push @http_sinks, $pid;
+	return ($port, $pid);
+}
+
+# The requests of connection $c, each answered with what $handler returns
+sub serve_http_requests
+{
+	my ($c, $handler) = @_;
+	while (defined(my $line = <$c>))
+	{
+		my ($method, $path) = $line =~ m{^(\S+) (\S+)};
+		my %h;
+		while (defined(my $hl = <$c>))
+		{
+			$hl =~ s/\r?\n$//;
+			last if $hl eq '';
+			my ($k, $v) = split /:\s*/, $hl, 2;
+			$h{ lc $k } = $v;
+		}
+		my $body = '';
+		read($c, $body, $h{'content-length'} // 0);
+		my ($status, $reason, $headers, $answer) =
+		  $handler->({ line => $line, method => $method, path => $path, headers => \%h, body => $body });
+		$status //= 200;
+		$reason //= $status == 200 ? 'OK' : 'X';
+		$answer //= '';
+		print $c "HTTP/1.1 $status $reason\r\n"
+		  . join('', map { "$_\r\n" } @{ $headers // [] })
+		  . 'Content-Length: ' . length($answer) . "\r\n\r\n$answer";
+	}
+	return;
+}
+
 # --- inbox-relay and RabbitMQ -----------------------------------------------------
 
 # The path of inbox-relay beside $node's binaries; the test is skipped,
@@ -477,7 +580,9 @@ sub amqp_queue
 # -$pgid) in its END block, whatever happened.  With tls => 1 it also
 # listens for amqps, with a certificate for 127.0.0.1 signed by a CA made
 # here: then (AMQP port, group, up, amqps port, the CA's file).  With
-# conf => TEXT, the lines of TEXT are added to its rabbitmq.conf.
+# conf => TEXT, the lines of TEXT are added to its rabbitmq.conf.  With
+# management => PORT, the management plugin (its HTTP API) is enabled and
+# listens on 127.0.0.1 at PORT, and is waited for too.
 sub start_rabbitmq
 {
 	my ($rdir, %opts) = @_;
@@ -498,7 +603,11 @@ sub start_rabbitmq
 			  . "ssl_options.verify = verify_none\n"
 			  . "ssl_options.fail_if_no_peer_cert = false\n");
 	}
-	PostgreSQL::Test::Utils::append_to_file("$rdir/enabled_plugins", "[].\n");
+	PostgreSQL::Test::Utils::append_to_file("$rdir/rabbitmq.conf",
+		"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = $opts{management}\n")
+	  if $opts{management};
+	PostgreSQL::Test::Utils::append_to_file("$rdir/enabled_plugins",
+		$opts{management} ? "[rabbitmq_management].\n" : "[].\n");
 	my %env = (
 		HOME => $rdir,    # the Erlang cookie goes there
 		ERL_EPMD_PORT => $epmd_port,
@@ -517,9 +626,11 @@ sub start_rabbitmq
 		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS => '-kernel inet_dist_use_interface {127,0,0,1}');
 	my $pgid = start_group("$rdir/server.log", \%env, 'sh', '-c',
 		"epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$server'");
-	# Each listener, as long as the broker runs: AMQP, then amqps
+	# Each listener, as long as the broker runs: AMQP, then amqps and the
+	# management API
 	my $up = 1;
-	for my $listener ([ $amqp_port, 180 ], $opts{tls} ? ([ $tls_port, 60 ]) : ())
+	for my $listener ([ $amqp_port, 180 ], $opts{tls} ? ([ $tls_port, 60 ]) : (),
+		$opts{management} ? ([ $opts{management}, 60 ]) : ())
 	{
 		my ($port, $seconds) = @$listener;
 		$up = 0;

@@ -32,20 +32,19 @@ my $relay = InboxTest::relay_or_skip($node);
 my $have_rabbitmq = InboxTest::have_rabbitmq();
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('relay');
-my ($sink_pid, $broker_pgid, @relays);
+my ($broker_pgid, @relays);
 END
 {
 	local $?;
-	kill 'KILL', -$sink_pid if $sink_pid;
 	kill 'KILL', -$broker_pgid if $broker_pgid;
 	kill 'KILL', -$_ for @relays;
 }
 
 # --- the webhook sink ---------------------------------------------------------------
 #
-# A process per connection, keep-alive, so that requests the relay sends
-# at once are served at once.  Each request is logged as a line:
-# "id key position signature status", the position counted from the
+# InboxTest's sink: a process per connection, keep-alive, so that
+# requests the relay sends at once are served at once.  Each request is
+# logged as a line: "id key position signature status", the position counted from the
 # key's first (1), which is the first the sink sees of the key, since a
 # key's messages come in order.  The first request of key k-fail is
 # answered 500, the first of k-429 429 with Retry-After, every request for
@@ -58,9 +57,6 @@ my $signing_key = 'relay-test-signing-key-0123456789';
 my $sink_log = "$tmp/sink.log";
 my $sink_dir = "$tmp/sink";
 mkdir $sink_dir or die "mkdir: $!";
-my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 128, ReuseAddr => 1)
-  or die "listen: $!";
-my $http_port = $sink->sockport;
 
 # Under the sink's lock: $change->(value) of the shared value $name
 sub sink_shared
@@ -85,72 +81,38 @@ sub sink_value
 	return -e $file ? slurp_file($file) : undef;
 }
 
-$sink_pid = fork() // die "fork: $!";
-if ($sink_pid == 0)
-{
-	setpgrp(0, 0);
-	# Never the test's END blocks, which would stop the clusters
-	$SIG{__DIE__} = sub { warn @_; POSIX::_exit(1) };
-	# A relay that gave up on an answer has closed its end
-	$SIG{PIPE} = 'IGNORE';
-	$SIG{CHLD} = 'IGNORE';
-	while (my $c = $sink->accept)
+my ($http_port) = InboxTest::start_http_sink(request => sub {
+	my ($r) = @_;
+	my %h = %{ $r->{headers} };
+	my $body = $r->{body};
+	my $key = $h{'outbox-key'} // '';
+	my $expected = hmac_sha256_base64("$h{'webhook-id'}.$h{'webhook-timestamp'}.$body", $signing_key);
+	$expected .= '=' while length($expected) % 4;
+	my $sig = ($h{'webhook-signature'} // '') eq "v1,$expected" ? 'signed' : 'unsigned';
+	my $first = sink_shared("seen $key", sub { ($_[0] // 0) + 1 }) == 1;
+	my $position = $h{'outbox-position'} // '';
+	my $base = sink_shared("base $key", sub { $_[0] // $position });
+	$position = $position - $base + 1 if $position ne '';
+	my $status = ($key eq 'k-fail' && $first) ? 500
+	  : ($key eq 'k-429' && $first) ? 429
+	  : ($key eq 'k-404' && $position eq '1') ? 404
+	  : 200;
+	open(my $log, '>>', $sink_log) or die;
+	syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
+	sleep 6 if $key eq 'k-slow' && $first;
+	sleep 4 if $key eq 'k-timeout' && $first;
+	if ($key =~ /^k-par-/)
 	{
-		my $child = fork() // die "fork: $!";
-		if ($child != 0)
-		{
-			close $c;
-			next;
-		}
-		while (defined(my $line = <$c>))
-		{
-			my %h;
-			while (defined(my $hl = <$c>))
-			{
-				$hl =~ s/\r?\n$//;
-				last if $hl eq '';
-				my ($k, $v) = split /:\s*/, $hl, 2;
-				$h{ lc $k } = $v;
-			}
-			my $body = '';
-			read($c, $body, $h{'content-length'} // 0);
-			my $key = $h{'outbox-key'} // '';
-			my $expected = hmac_sha256_base64("$h{'webhook-id'}.$h{'webhook-timestamp'}.$body", $signing_key);
-			$expected .= '=' while length($expected) % 4;
-			my $sig = ($h{'webhook-signature'} // '') eq "v1,$expected" ? 'signed' : 'unsigned';
-			my $first = sink_shared("seen $key", sub { ($_[0] // 0) + 1 }) == 1;
-			my $position = $h{'outbox-position'} // '';
-			my $base = sink_shared("base $key", sub { $_[0] // $position });
-			$position = $position - $base + 1 if $position ne '';
-			my $status = ($key eq 'k-fail' && $first) ? 500
-			  : ($key eq 'k-429' && $first) ? 429
-			  : ($key eq 'k-404' && $position eq '1') ? 404
-			  : 200;
-			open(my $log, '>>', $sink_log) or die;
-			syswrite($log, "start $key\n") if $key eq 'k-slow' && $first;
-			sleep 6 if $key eq 'k-slow' && $first;
-			sleep 4 if $key eq 'k-timeout' && $first;
-			if ($key =~ /^k-par-/)
-			{
-				my $now = sink_shared('par in flight', sub { ($_[0] // 0) + 1 });
-				sink_shared('par most', sub { ($_[0] // 0) > $now ? $_[0] : $now });
-				sleep 1;
-				sink_shared('par in flight', sub { $_[0] - 1 });
-			}
-			syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $position || '-',
-					$sig, $status, $body) . "\n");
-			close $log;
-			print $c "HTTP/1.1 $status X\r\n" . ($status == 429 ? "Retry-After: 1\r\n" : '')
-			  . "Content-Length: 0\r\n\r\n";
-		}
-		close $c;
-		POSIX::_exit(0);
+		my $now = sink_shared('par in flight', sub { ($_[0] // 0) + 1 });
+		sink_shared('par most', sub { ($_[0] // 0) > $now ? $_[0] : $now });
+		sleep 1;
+		sink_shared('par in flight', sub { $_[0] - 1 });
 	}
-	POSIX::_exit(0);
-}
-# Its own process group from here on, whichever of the two runs first
-setpgrp($sink_pid, $sink_pid);
-close $sink;
+	syswrite($log, join(' ', $h{'idempotency-key'} // '-', $key, $position || '-',
+			$sig, $status, $body) . "\n");
+	close $log;
+	return ($status, 'X', $status == 429 ? ['Retry-After: 1'] : []);
+});
 
 sub sink_lines
 {

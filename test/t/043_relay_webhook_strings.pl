@@ -20,9 +20,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use InboxTest;
-use IO::Socket::INET;
 use IPC::Run;
-use POSIX ();
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -32,80 +30,51 @@ my $relay = InboxTest::relay_or_skip($node);
 my $tmp = PostgreSQL::Test::Utils::tempdir('webhook_strings');
 my $raw_dir = "$tmp/raw";
 mkdir $raw_dir or die "mkdir: $!";
-my $sink_pid;
-END
-{
-	local $?;
-	kill 'KILL', -$sink_pid if $sink_pid;
-}
 
 # --- the sink ----------------------------------------------------------------------------
-# A process per connection.  It finds where each request ends only to
-# answer it (the end of the header block, then Content-Length bytes), and
-# appends every byte it read to the connection's file.  The request of
+# InboxTest's: a process per connection, served here from its raw bytes.
+# It finds where each request ends only to answer it (the end of the
+# header block, then Content-Length bytes), and appends every byte it read
+# to the connection's file.  The request of
 # key k-404 is answered 404 with a body longer than a reason keeps.
-my $sink = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 128, ReuseAddr => 1)
-  or die "listen: $!";
-my $port = $sink->sockport;
 my $not_found_body = 'no hook here: ' . ('x' x 300);
-$sink_pid = fork() // die "fork: $!";
-if ($sink_pid == 0)
-{
-	setpgrp(0, 0);
-	$SIG{__DIE__} = sub { warn @_; POSIX::_exit(1) };
-	$SIG{PIPE} = 'IGNORE';
-	$SIG{CHLD} = 'IGNORE';
-	my $n = 0;
-	while (my $c = $sink->accept)
+my ($port) = InboxTest::start_http_sink(connection => sub {
+	my ($c, $n) = @_;
+	open(my $raw, '>>:raw', "$raw_dir/conn-$$-$n") or die "open: $!";
+	my $buf = '';
+	while (1)
 	{
-		$n++;
-		my $child = fork() // die "fork: $!";
-		if ($child != 0)
+		my $end = index($buf, "\r\n\r\n");
+		if ($end < 0)
 		{
-			close $c;
+			my $got = sysread($c, $buf, 65536, length $buf);
+			last unless $got;
+			syswrite($raw, substr($buf, length($buf) - $got));
 			next;
 		}
-		open(my $raw, '>>:raw', "$raw_dir/conn-$$-$n") or die "open: $!";
-		my $buf = '';
-		while (1)
+		my $head = substr($buf, 0, $end);
+		my ($length) = $head =~ /\r\ncontent-length:[ \t]*(\d+)/i;
+		$length //= 0;
+		while (length($buf) < $end + 4 + $length)
 		{
-			my $end = index($buf, "\r\n\r\n");
-			if ($end < 0)
-			{
-				my $got = sysread($c, $buf, 65536, length $buf);
-				last unless $got;
-				syswrite($raw, substr($buf, length($buf) - $got));
-				next;
-			}
-			my $head = substr($buf, 0, $end);
-			my ($length) = $head =~ /\r\ncontent-length:[ \t]*(\d+)/i;
-			$length //= 0;
-			while (length($buf) < $end + 4 + $length)
-			{
-				my $got = sysread($c, $buf, 65536, length $buf);
-				last unless $got;
-				syswrite($raw, substr($buf, length($buf) - $got));
-			}
-			last if length($buf) < $end + 4 + $length;
-			substr($buf, 0, $end + 4 + $length, '');
-			if ($head =~ /\r\nOutbox-Key: k-404\r\n/)
-			{
-				print $c "HTTP/1.1 404 Not Found\r\nContent-Length: " . length($not_found_body)
-				  . "\r\n\r\n$not_found_body";
-			}
-			else
-			{
-				print $c "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
-			}
+			my $got = sysread($c, $buf, 65536, length $buf);
+			last unless $got;
+			syswrite($raw, substr($buf, length($buf) - $got));
 		}
-		close $raw;
-		close $c;
-		POSIX::_exit(0);
+		last if length($buf) < $end + 4 + $length;
+		substr($buf, 0, $end + 4 + $length, '');
+		if ($head =~ /\r\nOutbox-Key: k-404\r\n/)
+		{
+			print $c "HTTP/1.1 404 Not Found\r\nContent-Length: " . length($not_found_body)
+			  . "\r\n\r\n$not_found_body";
+		}
+		else
+		{
+			print $c "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+		}
 	}
-	POSIX::_exit(0);
-}
-setpgrp($sink_pid, $sink_pid);
-close $sink;
+	close $raw;
+});
 
 # Every request the sink got, parsed strictly from the raw bytes: a list
 # of hashes (headers, in order, as [name, value] pairs; the body), and

@@ -32,6 +32,7 @@ my @relay_layers = (
 		'supervisor and commands' =>
 		  [ supervisor => qw(inbox-relay.c) ],
 		[ check => qw(check.c check.h) ],
+		[ management => qw(management.c management.h) ],
 	],
 	[
 		'a child\'s loop' =>
