@@ -282,26 +282,44 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
  * a delivery per route of the topic, whose targets come back to be woken
  * at commit.
  */
-static const char *const send_sql =
-"WITH k AS ("
-" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2,"
-" inbox.outbox_position_at(pg_catalog.clock_timestamp()))"
-" ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1"
-" RETURNING k.last),"
-" m AS ("
-" INSERT INTO inbox.outbox_messages (id, topic, key, position, payload, payload_bytes, headers)"
-" SELECT $3, $1, $2, k.last, $4, $5, $6 FROM k"
+#define SEND_SQL_CTES \
+" k AS (" \
+" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2," \
+" inbox.outbox_position_at(pg_catalog.clock_timestamp()))" \
+" ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1" \
+" RETURNING k.last)," \
+" m AS (" \
+" INSERT INTO inbox.outbox_messages (id, topic, key, position, payload, payload_bytes, headers)" \
+" SELECT $3, $1, $2, k.last, $4, $5, $6 FROM k" \
 " RETURNING position) "
-"INSERT INTO inbox.outbox_deliveries (id, target, topic, key, position) "
-"SELECT $3, r.target, $1, $2, m.position FROM m CROSS JOIN inbox.outbox_routes AS r "
-"WHERE r.topic OPERATOR(pg_catalog.=) $1 COLLATE \"C\" "
-"RETURNING target";
+#define SEND_SQL_DELIVERIES \
+"INSERT INTO inbox.outbox_deliveries (id, target, topic, key, position) " \
+"SELECT $3, r.target, $1, $2, m.position FROM m CROSS JOIN "
+#define SEND_SQL_ROUTES \
+"inbox.outbox_routes AS r WHERE r.topic OPERATOR(pg_catalog.=) $1 COLLATE \"C\""
+
+static const char *const send_sql =
+"WITH" SEND_SQL_CTES SEND_SQL_DELIVERIES SEND_SQL_ROUTES " RETURNING target";
+
+/*
+ * The same under REPEATABLE READ or SERIALIZABLE, whose snapshot may be
+ * older than an outbox_unroute that this send waited for (on
+ * outbox_messages): it locks the routes it delivers to, and one deleted
+ * since its snapshot fails it with 40001 instead of leaving a delivery for
+ * a target without a route (see outbox_unroute in sql/inbox.sql).  Under
+ * READ COMMITTED the send's snapshot is taken after that wait, and it
+ * locks nothing.
+ */
+static const char *const send_locked_sql =
+"WITH r AS (SELECT r.target FROM " SEND_SQL_ROUTES " FOR KEY SHARE),"
+SEND_SQL_CTES SEND_SQL_DELIVERIES "r RETURNING target";
 
 /* A send with the caller's id: outbox_write compares it with one sent before */
 static const char *const send_with_id_sql =
 "SELECT inbox.outbox_write($1, $2, $4, $5, $6, $3)";
 
 static SPIPlanPtr send_plan = NULL;
+static SPIPlanPtr send_locked_plan = NULL;
 static SPIPlanPtr send_with_id_plan = NULL;
 
 /*
@@ -350,8 +368,10 @@ outbox_send(FunctionCallInfo fcinfo, bool bytes)
 		SPI_finish();
 		PG_RETURN_UUID_P(id);
 	}
-	n = inbox_execute_plan(inbox_plan(&send_plan, send_sql, 6, types), values, nulls,
-						   SPI_OK_INSERT_RETURNING, "an outbox send");
+	n = inbox_execute_plan(IsolationUsesXactSnapshot() ?
+						   inbox_plan(&send_locked_plan, send_locked_sql, 6, types) :
+						   inbox_plan(&send_plan, send_sql, 6, types),
+						   values, nulls, SPI_OK_INSERT_RETURNING, "an outbox send");
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;
