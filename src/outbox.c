@@ -48,7 +48,6 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
-#include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -230,24 +229,11 @@ inbox_outbox_generation(PG_FUNCTION_ARGS)
 }
 
 /*
- * While the server can hold prepared transactions, a waiting fetch looks
- * again at least this often.  A prepared transaction's wake-ups cannot be
- * kept for its COMMIT PREPARED: that runs in whichever session issues it,
- * possibly after a restart that emptied shared memory, and PostgreSQL
- * calls an extension back at neither (its two-phase callbacks are a fixed
- * table of the core).  A commit that cannot wake the fetch is then found
- * within this period by the fetch's next look, which costs a waiting
- * relay one empty fetch per period.  Without max_prepared_transactions,
- * every commit that makes a message fetchable wakes the fetch, and the
- * fetch sleeps as long as it may.
- */
-#define OUTBOX_PREPARED_LOOK_MS 1000
-
-/*
  * inbox.outbox_sleep(target text, generation bigint, until timestamptz):
  * sleep until a commit wakes target's relays, or until, unless a commit
- * already moved the slot past generation; at most OUTBOX_PREPARED_LOOK_MS
- * where transactions can be prepared.  Cancellable.
+ * already moved the slot past generation.  Where transactions can be
+ * prepared, whose COMMIT PREPARED wakes nobody, inbox_wakeup_sleep ends it
+ * sooner, and the fetch looks again (wakeup.c).  Cancellable.
  */
 Datum
 inbox_outbox_sleep(PG_FUNCTION_ARGS)
@@ -263,8 +249,6 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 	/* Never longer than a fetch may wait, whatever until says */
 	if (until - now > (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC)
 		until = now + (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC;
-	if (max_prepared_xacts > 0 && until - now > (int64) OUTBOX_PREPARED_LOOK_MS * 1000)
-		until = now + (int64) OUTBOX_PREPARED_LOOK_MS * 1000;
 	TimestampDifference(now, until, &secs, &usecs);
 	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
 	PG_RETURN_VOID();
