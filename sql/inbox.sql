@@ -3868,6 +3868,11 @@ BEGIN
 		PERFORM inbox.outbox_same(old, p_topic, p_key, p_payload, p_bytes, p_headers);
 		RETURN p_id;
 	END IF;
+	-- A snapshot older than the insert's wait: see outbox_unroute
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		PERFORM FROM inbox.outbox_routes AS r
+		  WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C" FOR KEY SHARE;
+	END IF;
 	PERFORM inbox.outbox_wake(r.target) FROM inbox.outbox_routes AS r
 	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
 	INSERT INTO inbox.outbox_deliveries AS d (id, target, topic, key, position)
@@ -4014,6 +4019,11 @@ BEGIN
 	  FROM messages AS ms
 	 CROSS JOIN inbox.outbox_routes AS r
 	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	-- A snapshot older than the insert's wait: see outbox_unroute
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		PERFORM FROM inbox.outbox_routes AS r
+		  WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C" FOR KEY SHARE;
+	END IF;
 
 	PERFORM inbox.outbox_wake(r.target) FROM inbox.outbox_routes AS r
 	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
@@ -4686,6 +4696,16 @@ $$;
  * and no other writer holds for long but the purge), then deletes with
  * a snapshot that sees what they committed.  Under REPEATABLE READ the
  * snapshot is older than the wait: refused.
+ *
+ * A sender under REPEATABLE READ or SERIALIZABLE has the same problem the
+ * other way round: its snapshot may be older than this unroute, which it
+ * waited for, and still show the route.  So such a send locks the routes
+ * it delivers to (FOR KEY SHARE, after its insert into outbox_messages
+ * has waited), and a route deleted since its snapshot fails it with
+ * 40001, which callers at those levels retry anyway.  Under READ
+ * COMMITTED a send's statement takes its snapshot after that wait, sees
+ * the route gone, and locks nothing.  Hence, at every level: no delivery
+ * is left for a target without a route.
  */
 CREATE FUNCTION inbox.outbox_unroute(topic text, target text)
 RETURNS void

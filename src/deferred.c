@@ -588,13 +588,15 @@ take_round(TakeCall *call, int *candidates)
  * Some messages become takeable with no commit that wakes the scope's
  * waiting takes, and no due time to sleep until: a row written without the
  * extension's functions (a data-only restore, a COPY, an INSERT or UPDATE
- * by hand), a receive committed by COMMIT PREPARED, a message whose owner
- * session ended, one that a concurrent take locked and gave back by
- * rolling back.  A take finds each of them when it looks, the rows written
- * by hand only with the full scan that the scope's takes run at least
- * every FRONT_FULL_SCAN_MS, since no event told the front of them
- * (front.c).  So a waiting take looks again at least that often, and finds
- * them as soon as a take that does not wait would.
+ * by hand), a message whose owner session ended, one that a concurrent
+ * take locked and gave back by rolling back.  A take finds each of them
+ * when it looks, the rows written by hand only with the full scan that the
+ * scope's takes run at least every FRONT_FULL_SCAN_MS, since no event told
+ * the front of them (front.c).  So a waiting take looks again at least
+ * that often, and finds them as soon as a take that does not wait would.
+ * A receive committed by COMMIT PREPARED wakes nobody either; the sleep
+ * itself ends in time for it where transactions can be prepared, as every
+ * waiter's does (wakeup.c).
  */
 static TimestampTz
 sleep_until(TakeCall *call, TimestampTz now, TimestampTz deadline)

@@ -48,7 +48,6 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
-#include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
@@ -230,24 +229,11 @@ inbox_outbox_generation(PG_FUNCTION_ARGS)
 }
 
 /*
- * While the server can hold prepared transactions, a waiting fetch looks
- * again at least this often.  A prepared transaction's wake-ups cannot be
- * kept for its COMMIT PREPARED: that runs in whichever session issues it,
- * possibly after a restart that emptied shared memory, and PostgreSQL
- * calls an extension back at neither (its two-phase callbacks are a fixed
- * table of the core).  A commit that cannot wake the fetch is then found
- * within this period by the fetch's next look, which costs a waiting
- * relay one empty fetch per period.  Without max_prepared_transactions,
- * every commit that makes a message fetchable wakes the fetch, and the
- * fetch sleeps as long as it may.
- */
-#define OUTBOX_PREPARED_LOOK_MS 1000
-
-/*
  * inbox.outbox_sleep(target text, generation bigint, until timestamptz):
  * sleep until a commit wakes target's relays, or until, unless a commit
- * already moved the slot past generation; at most OUTBOX_PREPARED_LOOK_MS
- * where transactions can be prepared.  Cancellable.
+ * already moved the slot past generation.  Where transactions can be
+ * prepared, whose COMMIT PREPARED wakes nobody, inbox_wakeup_sleep ends it
+ * sooner, and the fetch looks again (wakeup.c).  Cancellable.
  */
 Datum
 inbox_outbox_sleep(PG_FUNCTION_ARGS)
@@ -263,8 +249,6 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
 	/* Never longer than a fetch may wait, whatever until says */
 	if (until - now > (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC)
 		until = now + (int64) INBOX_OUTBOX_MAX_WAIT_SECONDS * USECS_PER_SEC;
-	if (max_prepared_xacts > 0 && until - now > (int64) OUTBOX_PREPARED_LOOK_MS * 1000)
-		until = now + (int64) OUTBOX_PREPARED_LOOK_MS * 1000;
 	TimestampDifference(now, until, &secs, &usecs);
 	inbox_wakeup_sleep(name, (uint64) PG_GETARG_INT64(1), secs * 1000 + usecs / 1000 + 1);
 	PG_RETURN_VOID();
@@ -282,26 +266,44 @@ inbox_outbox_sleep(PG_FUNCTION_ARGS)
  * a delivery per route of the topic, whose targets come back to be woken
  * at commit.
  */
-static const char *const send_sql =
-"WITH k AS ("
-" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2,"
-" inbox.outbox_position_at(pg_catalog.clock_timestamp()))"
-" ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1"
-" RETURNING k.last),"
-" m AS ("
-" INSERT INTO inbox.outbox_messages (id, topic, key, position, payload, payload_bytes, headers)"
-" SELECT $3, $1, $2, k.last, $4, $5, $6 FROM k"
+#define SEND_SQL_CTES \
+" k AS (" \
+" INSERT INTO inbox.outbox_keys AS k (topic, key, last) VALUES ($1, $2," \
+" inbox.outbox_position_at(pg_catalog.clock_timestamp()))" \
+" ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE SET last = k.last OPERATOR(pg_catalog.+) 1" \
+" RETURNING k.last)," \
+" m AS (" \
+" INSERT INTO inbox.outbox_messages (id, topic, key, position, payload, payload_bytes, headers)" \
+" SELECT $3, $1, $2, k.last, $4, $5, $6 FROM k" \
 " RETURNING position) "
-"INSERT INTO inbox.outbox_deliveries (id, target, topic, key, position) "
-"SELECT $3, r.target, $1, $2, m.position FROM m CROSS JOIN inbox.outbox_routes AS r "
-"WHERE r.topic OPERATOR(pg_catalog.=) $1 COLLATE \"C\" "
-"RETURNING target";
+#define SEND_SQL_DELIVERIES \
+"INSERT INTO inbox.outbox_deliveries (id, target, topic, key, position) " \
+"SELECT $3, r.target, $1, $2, m.position FROM m CROSS JOIN "
+#define SEND_SQL_ROUTES \
+"inbox.outbox_routes AS r WHERE r.topic OPERATOR(pg_catalog.=) $1 COLLATE \"C\""
+
+static const char *const send_sql =
+"WITH" SEND_SQL_CTES SEND_SQL_DELIVERIES SEND_SQL_ROUTES " RETURNING target";
+
+/*
+ * The same under REPEATABLE READ or SERIALIZABLE, whose snapshot may be
+ * older than an outbox_unroute that this send waited for (on
+ * outbox_messages): it locks the routes it delivers to, and one deleted
+ * since its snapshot fails it with 40001 instead of leaving a delivery for
+ * a target without a route (see outbox_unroute in sql/inbox.sql).  Under
+ * READ COMMITTED the send's snapshot is taken after that wait, and it
+ * locks nothing.
+ */
+static const char *const send_locked_sql =
+"WITH r AS (SELECT r.target FROM " SEND_SQL_ROUTES " FOR KEY SHARE),"
+SEND_SQL_CTES SEND_SQL_DELIVERIES "r RETURNING target";
 
 /* A send with the caller's id: outbox_write compares it with one sent before */
 static const char *const send_with_id_sql =
 "SELECT inbox.outbox_write($1, $2, $4, $5, $6, $3)";
 
 static SPIPlanPtr send_plan = NULL;
+static SPIPlanPtr send_locked_plan = NULL;
 static SPIPlanPtr send_with_id_plan = NULL;
 
 /*
@@ -350,8 +352,10 @@ outbox_send(FunctionCallInfo fcinfo, bool bytes)
 		SPI_finish();
 		PG_RETURN_UUID_P(id);
 	}
-	n = inbox_execute_plan(inbox_plan(&send_plan, send_sql, 6, types), values, nulls,
-						   SPI_OK_INSERT_RETURNING, "an outbox send");
+	n = inbox_execute_plan(IsolationUsesXactSnapshot() ?
+						   inbox_plan(&send_locked_plan, send_locked_sql, 6, types) :
+						   inbox_plan(&send_plan, send_sql, 6, types),
+						   values, nulls, SPI_OK_INSERT_RETURNING, "an outbox send");
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;

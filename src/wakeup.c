@@ -23,6 +23,18 @@
  * by the clock (a delay, a lease that runs out) wake nobody: the waiting
  * take sleeps until the earliest of them is due (src/deferred.c).
  *
+ * Nor does a prepared transaction wake anybody.  Its notes cannot be kept
+ * for its COMMIT PREPARED: that runs in whichever session issues it,
+ * possibly after a restart that emptied shared memory, or in a
+ * subscription's apply worker, which runs no statement.  So where the
+ * server can hold prepared transactions (max_prepared_transactions > 0),
+ * every sleep here ends after at most WAKEUP_PREPARED_LOOK_MS, and the
+ * caller looks again: a waiting inbox_poll and a waiting outbox_fetch
+ * alike find a COMMIT PREPARED's messages within that period, at the cost
+ * of one empty look per period.  Without prepared transactions, every
+ * commit that makes a message available wakes its waiters, and a sleep
+ * lasts as long as its caller asks.
+ *
  * A waiting take whose client has gone must take nothing: it would count an
  * attempt for a message that no client receives, and a few such takes can
  * spend all of a message's attempts.  PostgreSQL notices a client that went
@@ -46,6 +58,7 @@
  */
 #include "postgres.h"
 
+#include "access/twophase.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -71,6 +84,12 @@
  * the socket.
  */
 #define WAKEUP_CLIENT_CHECK_MS	1000
+
+/*
+ * Where transactions can be prepared, the longest a sleep lasts before its
+ * caller looks again, for the commits that wake nobody (see the banner).
+ */
+#define WAKEUP_PREPARED_LOOK_MS	1000
 
 typedef struct WakeupSlot
 {
@@ -116,9 +135,8 @@ wakeup_shmem_attach(void)
  *
  * A prepared transaction ends as an abort here: it commits later, from
  * whichever session runs COMMIT PREPARED, where nothing is noted, and its
- * messages are found by the waiting takes' next look, at the end of their
- * wait at the latest (a waiting outbox_fetch looks every second where
- * transactions can be prepared: src/outbox.c).  Its notes must not wake
+ * messages are found by the waiters' next look, which comes within
+ * WAKEUP_PREPARED_LOOK_MS (see the banner).  Its notes must not wake
  * anyone at this session's next commit either.
  */
 void
@@ -208,10 +226,12 @@ check_client(void)
 
 /*
  * Sleep until a commit wakes scope's slot, or timeout_ms passes, unless a
- * commit already moved the slot past generation.  Cancellable: the sleep
- * ends on an interrupt, which CHECK_FOR_INTERRUPTS then serves.  The
- * client is checked on after every WAKEUP_CLIENT_CHECK_MS of sleep and
- * when the sleep ends (see the banner).
+ * commit already moved the slot past generation; where transactions can be
+ * prepared, WAKEUP_PREPARED_LOOK_MS at most.  Every caller looks again
+ * when it returns.  Cancellable: the sleep ends on an interrupt, which
+ * CHECK_FOR_INTERRUPTS then serves.  The client is checked on after every
+ * WAKEUP_CLIENT_CHECK_MS of sleep and when the sleep ends (see the
+ * banner).
  *
  * The generation, not the latch, says whether a commit came: checking the
  * client resets the latch, and a commit bumps the generation before it
@@ -221,7 +241,11 @@ void
 inbox_wakeup_sleep(const text *scope, uint64 generation, long timeout_ms)
 {
 	WakeupSlot *slot = &wakeup_slots[slot_of(scope)];
-	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	TimestampTz end;
+
+	if (max_prepared_xacts > 0)
+		timeout_ms = Min(timeout_ms, WAKEUP_PREPARED_LOOK_MS);
+	end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 
 	ConditionVariablePrepareToSleep(&slot->cv);
 	while (pg_atomic_read_u64(&slot->generation) == generation)

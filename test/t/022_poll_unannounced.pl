@@ -9,7 +9,11 @@
 #     leaf as a data-only restore writes it, due an hour ago, before the
 #     scope's front, so that only a full scan finds it;
 #   - a message made takeable again by an UPDATE by hand;
-#   - a receive committed by COMMIT PREPARED, whose commit wakes nobody.
+#   - a receive committed by COMMIT PREPARED, whose commit wakes nobody:
+#     where max_prepared_transactions is above 0, every wait on a commit
+#     (a poll's, as an outbox_fetch's, t/025) ends at least once a second
+#     to look again (WAKEUP_PREPARED_LOOK_MS, src/wakeup.c), besides the
+#     poll's full scan.
 #
 # Each poll may wait 60 seconds.  What it returns says whether it had
 # waited less than 45 of them, by the server's own clock
