@@ -222,8 +222,14 @@ run_relay_once("--target=$unordered");
 is($downstream->safe_psql('postgres', q{SELECT count(*) FROM inbox.entries WHERE scope = 'ordered'
 		AND payload->>'k' = 'u1'} . q{; SELECT count(*) FROM inbox.group_members WHERE scope = 'ordered'}),
 	"1\n0", 'ordered=off receives the message in no group');
+# outbox_route refuses a value of ordered it does not know; a route row
+# written some other way keeps the target closed, and the relay says why
 my $unsure = "$target&ordered=maybe";
-$node->sql(qq{SELECT outbox_route('unsure', '$unsure', '{"backoff": "1 hour"}')});
+my ($rc, $out, $err) = $node->psql('postgres',
+	qq{SELECT outbox_route('unsure', '$unsure', '{"backoff": "1 hour"}')});
+like($err, qr/ordered/, 'outbox_route refuses ordered=maybe');
+$node->safe_psql('postgres', qq{INSERT INTO inbox.outbox_routes (topic, target, options)
+	VALUES ('unsure', '$unsure', '{"backoff": "1 hour"}')});
 $node->sql(q{SELECT outbox_send('unsure', 'x1', '{"n": 1}'::jsonb)});
 like(run_relay_once("--target=$unsure"), qr/ordered must be on or off, not "maybe"/,
 	'ordered=maybe keeps the target closed, and the relay says why');
