@@ -10,7 +10,8 @@
  * when it has one (the AMQP one declares the exchange, and the queue when
  * one is named, passively), and closes it.  An HTTP target, whose open()
  * connects to nothing, is checked by a TCP connection to its host and
- * port, with no request.  One line per target on stdout, "OK TARGET" or
+ * port, with no request.  Then each subscription's source, after the
+ * targets (relay_check_sources).  One line per target on stdout, "OK TARGET" or
  * "FAIL TARGET: REASON"; the exit status is 0 when every line is OK, 1
  * otherwise (or when the database cannot be read), 2 on a wrong command
  * line.  Nothing is fetched, published or acknowledged.
@@ -234,6 +235,7 @@ relay_check_main(int argc, char **argv)
 		fflush(stdout);
 	}
 	PQclear(res);
+	failures += relay_check_sources(conn);
 	PQfinish(conn);
 	return failures > 0 ? 1 : 0;
 }
