@@ -1,0 +1,239 @@
+# test/t/044_ingest_amqp.pl
+#
+# Ingest: inbox-relay reads a private RabbitMQ's queue into an inbox
+# (inbox_subscribe), as a role that holds the bundles relay and receiver
+# only, and acknowledges the broker only after its commit.
+#   - ack after commit: a relay paused between its commit and its
+#     acknowledgement (INBOX_RELAY_TEST_PAUSE_ACK) and SIGKILLed there
+#     loses nothing: the next relay finds the batch delivered again, takes
+#     each message for a duplicate and acknowledges it; every message is
+#     in the inbox once, and the queue is empty;
+#   - the routing key as group key: inbox_take workers get each key's
+#     messages in the queue's order;
+#   - a re-publication of a stored id is a duplicate, acknowledged; other
+#     content under a stored id (IB002), a message without an id, and
+#     invalid JSON under application/json (after max_attempts) are
+#     recorded in inbox_ingest_rejects, with their payload and headers,
+#     and acknowledged, and the messages after them go in; a payload of
+#     another content type is stored as bytea;
+#   - faults: the database restarted, the scope's grant revoked for a
+#     while, the broker restarted: nothing lost, nothing doubled, the
+#     queue at 0 at the end;
+#   - two relays on one queue declared x-single-active-consumer: one
+#     consumes, the other stands by and takes over when the first is
+#     killed, and each key keeps its order.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use InboxTest;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes;
+
+my $node = InboxTest->node('ingest_amqp', conf => "inbox.purge_enabled = off\n");
+my $relay = InboxTest::relay_or_skip($node, rabbitmq => 1);
+
+my $tmp = PostgreSQL::Test::Utils::tempdir('ingest_amqp');
+my ($broker_pgid, @relays);
+END
+{
+	local $?;
+	kill 'KILL', -$_ for grep { $_ } $broker_pgid, @relays;
+}
+
+my ($amqp_port, $up);
+($amqp_port, $broker_pgid, $up) = InboxTest::start_rabbitmq("$tmp/rabbitmq");
+ok($up, 'RabbitMQ listens on loopback')
+  or BAIL_OUT('RabbitMQ did not start: ' . slurp_file("$tmp/rabbitmq/server.log"));
+
+# The broker through pika: a list of operations in, one answer each out
+# (a queue's count of ready messages; nothing for the others), as JSON.
+# Publications are confirmed, and persistent.
+my $pika = <<'PY';
+import json, os, sys, pika
+conn = pika.BlockingConnection(pika.URLParameters(os.environ['AMQP_URL']))
+ch = conn.channel()
+ch.confirm_delivery()
+out = []
+for op in json.load(sys.stdin):
+    if op[0] == 'queue':
+        ch.queue_declare(op[1], durable=True, arguments=op[2] if len(op) > 2 else None)
+        ch.exchange_declare(op[1] + '-x', exchange_type='topic', durable=True)
+        ch.queue_bind(op[1], op[1] + '-x', routing_key='#')
+    elif op[0] == 'count':
+        out.append(ch.queue_declare(op[1], passive=True).method.message_count)
+    elif op[0] == 'publish':
+        for m in op[2]:
+            props = pika.BasicProperties(delivery_mode=2, message_id=m.get('id'),
+                                         content_type=m.get('type', 'application/json'),
+                                         headers=m.get('headers'))
+            ch.basic_publish(op[1] + '-x', m.get('key', 'none'), m['body'].encode('utf-8'), props)
+conn.close()
+print(json.dumps(out))
+PY
+
+sub broker
+{
+	my (@ops) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
+	IPC::Run::run([ 'python3', '-c', $pika ], '<', \encode_json(\@ops), '>', \$out, '2>', \$err)
+	  or die "pika: $err";
+	return @{ decode_json($out) };
+}
+
+sub publish { broker([ 'publish', $_[0], $_[1] ]) }
+sub ready { (broker([ 'count', $_[0] ]))[0] }
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+sub wait_until
+{
+	my ($seconds, $cond) = @_;
+	for (1 .. 10 * $seconds)
+	{
+		return 1 if $cond->();
+		Time::HiRes::sleep(0.1);
+	}
+	return 0;
+}
+
+# TEMP-STUB
+if ($ENV{INGEST_STUB}) { sql(slurp_file($ENV{INGEST_STUB})); sql(q{CREATE ROLE ingest_relay LOGIN; GRANT SELECT ON inbox_subscriptions TO ingest_relay; GRANT EXECUTE ON FUNCTION inbox_ingest_reject(text,text,text,text,bytea,jsonb) TO ingest_relay}); }
+# The relay's role: the bundles relay and receiver, and the scope's grant
+sql(($ENV{INGEST_STUB} ? '' : 'CREATE ROLE ingest_relay LOGIN;') . q{CREATE ROLE orders_worker;
+	SELECT inbox_grant_bundle('ingest_relay', 'relay');
+	SELECT inbox_grant_bundle('ingest_relay', 'receiver');
+	SELECT inbox_grant('orders', 'orders_worker');
+	SELECT inbox_grant('orders', 'ingest_relay')});
+
+my $base = "amqp://guest\@127.0.0.1:$amqp_port/%2F";
+my $secrets = "$tmp/relay.secrets";
+my $source = "$base?queue=orders";
+append_to_file($secrets, "$source guest\n");
+chmod 0600, $secrets;
+broker([ 'queue', 'orders' ]);
+sql(qq{SELECT inbox_subscribe('orders', '$source', '{"batch": 10, "group_key": "routing_key"}')});
+
+my $conninfo = 'host=' . $node->host . ' port=' . $node->port . ' dbname=postgres user=ingest_relay';
+
+# Start a relay (a process group of its own), its log at $log
+sub start_relay
+{
+	my ($log, %env) = @_;
+	my $pid = InboxTest::start_group($log, \%env, $relay, "--secrets=$secrets", $conninfo);
+	push @relays, $pid;
+	return $pid;
+}
+
+sub stop_relay
+{
+	my ($pid, $signal) = @_;
+	kill $signal // 'TERM', -$pid;
+	waitpid($pid, 0);
+	@relays = grep { $_ != $pid } @relays;
+}
+
+sub log_of { return -e $_[0] ? slurp_file($_[0]) : '' }
+
+# The ids stored in scope, each as often as it is there
+sub stored
+{
+	return sql(qq{SELECT string_agg(message_id, ',' ORDER BY message_id) FROM inbox.entries
+		WHERE scope = '$_[0]'});
+}
+
+sub count_stored { return sql(qq{SELECT count(*) FROM inbox.entries WHERE scope = '$_[0]'}) }
+
+sub ids { my ($p, $from, $to) = @_; return join(',', map { sprintf('%s%02d', $p, $_) } $from .. $to) }
+
+# --- ack after commit: a relay killed between its commit and its ack ----------------------
+# Thirty messages, three keys; batches of ten.  The first relay commits
+# its first batch, then waits before its acknowledgement, and is
+# SIGKILLed there.  A relay that acknowledged before its commit would
+# lose that batch.
+publish('orders', [ map { { id => sprintf('m%02d', $_), key => 'k' . ($_ % 3), body => qq({"n": $_}) } } 1 .. 30 ]);
+my $pause = "$tmp/pause";
+append_to_file($pause, '');
+my $r1_log = "$tmp/relay1.log";
+my $r1 = start_relay($r1_log, INBOX_RELAY_TEST_PAUSE_ACK => $pause);
+ok(wait_until(60, sub { log_of($r1_log) =~ /test pause: waiting after a commit/ }),
+	'the relay commits a batch and pauses before its acknowledgement')
+  or diag(log_of($r1_log));
+is(count_stored('orders'), 10, 'the batch is in the inbox before the broker is acknowledged');
+stop_relay($r1, 'KILL');
+unlink $pause;
+
+my $r2_log = "$tmp/relay2.log";
+my $r2 = start_relay($r2_log);
+ok(wait_until(60, sub { count_stored('orders') == 30 && ready('orders') == 0 }),
+	'a second relay writes the rest')
+  or diag(log_of($r2_log));
+stop_relay($r2);
+is(stored('orders'), ids('m', 1, 30), 'after the kill, every message is in the inbox once');
+is(ready('orders'), 0, 'and the queue is empty: the batch delivered again was acknowledged as duplicates');
+
+# --- per-key order through inbox_take ---------------------------------------------------
+# Each take sees only a group's head; completing it frees the next,
+# once committed.
+my %taken;
+for my $row (split /\n/, sql(q{CREATE TABLE taken (n serial, id text, key text);
+	DO $$
+	DECLARE r record; got boolean := true;
+	BEGIN
+		WHILE got LOOP
+			got := false;
+			FOR r IN SELECT * FROM inbox_take('orders', 100) LOOP
+				got := true;
+				INSERT INTO taken (id, key) VALUES (r.message_id, r.group_key);
+				PERFORM inbox_complete('orders', r.message_id);
+			END LOOP;
+			COMMIT;
+		END LOOP;
+	END $$;
+	SELECT key || ' ' || id FROM taken ORDER BY n}))
+{
+	my ($key, $id) = split / /, $row;
+	push @{ $taken{$key} }, $id;
+}
+is_deeply(
+	\%taken,
+	{ map { my $k = $_; ("k$k" => [ map { sprintf('m%02d', $_) } grep { $_ % 3 == $k } 1 .. 30 ]) } 0 .. 2 },
+	'inbox_take hands out each routing key\'s messages in the queue\'s order');
+
+# --- duplicates, IB002, invalid JSON, no id, binary -------------------------------------
+my $r3_log = "$tmp/relay3.log";
+my $r3 = start_relay($r3_log);
+publish('orders', [
+	{ id => 'm05', key => 'k2', body => '{"n": 5}' },
+	{ id => 'm06', key => 'k0', body => '{"n": "other"}', headers => { trace => 't-6' } },
+	{ id => 'bad', key => 'k1', body => '{not json' },
+	{ key => 'k1', body => 'no id here', type => 'text/plain' },
+	{ id => 'm31', key => 'k1', body => '{"n": 31}' },
+	{ id => 'b32', key => 'k2', body => 'raw bytes', type => 'text/plain' } ]);
+ok(wait_until(60, sub { count_stored('orders') == 32 && ready('orders') == 0 }),
+	'the messages after refused ones go in')
+  or diag(log_of($r3_log));
+ok(wait_until(30, sub { sql('SELECT count(*) FROM inbox_ingest_rejects') == 3 }), 'three rejects are recorded')
+  or diag(log_of($r3_log));
+stop_relay($r3);
+is(ready('orders'), 0, 'and every message, refused or not, is acknowledged');
+is(stored('orders'), ids('m', 1, 31) =~ s/^/b32,/r, 'the duplicate m05 is stored once, b32 and m31 are in');
+is(sql(q{SELECT payload_bytes FROM inbox.entries WHERE scope = 'orders' AND message_id = 'b32'}),
+	'\x' . unpack('H*', 'raw bytes'), 'a text/plain payload is stored as bytea');
+my %rejects = map { my ($p, $r) = split /\|/, $_, 2; ($p => $r) } split /\n/,
+  sql(q{SELECT convert_from(payload, 'UTF8') || '|' || reason || '|' || coalesce(headers::text, '')
+	|| '|' || (broker_id <> '')::text || '|' || scope || '|' || (source LIKE 'amqp://%')::text
+	FROM inbox_ingest_rejects});
+like($rejects{'{"n": "other"}'}, qr/^IB002: .*"m06".*\|\{"trace": "t-6"\}\|true\|orders\|true$/,
+	'other content under a stored id: an IB002 reject with its payload, headers and broker id');
+like($rejects{'{not json'}, qr/^22P02: invalid input syntax for type json \(after 5 attempts\)\|/,
+	'invalid JSON under application/json: a reject after max_attempts');
+like($rejects{'no id here'}, qr/^no message id: /, 'a message without an id: a reject at once');
+is(scalar(() = log_of($r3_log) =~ /message bad \(broker id \d+\) refused: 22P02/g), 5,
+	'the invalid JSON was tried 5 times');
+
+done_testing();
