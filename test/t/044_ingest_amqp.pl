@@ -101,10 +101,8 @@ sub wait_until
 	return 0;
 }
 
-# TEMP-STUB
-if ($ENV{INGEST_STUB}) { sql(slurp_file($ENV{INGEST_STUB})); sql(q{CREATE ROLE ingest_relay LOGIN; GRANT SELECT ON inbox_subscriptions TO ingest_relay; GRANT EXECUTE ON FUNCTION inbox_ingest_reject(text,text,text,text,bytea,jsonb) TO ingest_relay}); }
 # The relay's role: the bundles relay and receiver, and the scope's grant
-sql(($ENV{INGEST_STUB} ? '' : 'CREATE ROLE ingest_relay LOGIN;') . q{CREATE ROLE orders_worker;
+sql(q{CREATE ROLE ingest_relay LOGIN; CREATE ROLE orders_worker;
 	SELECT inbox_grant_bundle('ingest_relay', 'relay');
 	SELECT inbox_grant_bundle('ingest_relay', 'receiver');
 	SELECT inbox_grant('orders', 'orders_worker');
@@ -207,11 +205,15 @@ is_deeply(
 # --- duplicates, IB002, invalid JSON, no id, binary -------------------------------------
 my $r3_log = "$tmp/relay3.log";
 my $r3 = start_relay($r3_log);
+# Alone, so that its batch is written at once, not message by message
+publish('orders', [ { key => 'k1', body => 'no id here', type => 'text/plain' } ]);
+ok(wait_until(60, sub { sql('SELECT count(*) FROM inbox_ingest_rejects') == 1 && ready('orders') == 0 }),
+	'a message without an id is recorded as a reject, and acknowledged')
+  or diag(log_of($r3_log));
 publish('orders', [
 	{ id => 'm05', key => 'k2', body => '{"n": 5}' },
 	{ id => 'm06', key => 'k0', body => '{"n": "other"}', headers => { trace => 't-6' } },
 	{ id => 'bad', key => 'k1', body => '{not json' },
-	{ key => 'k1', body => 'no id here', type => 'text/plain' },
 	{ id => 'm31', key => 'k1', body => '{"n": 31}' },
 	{ id => 'b32', key => 'k2', body => 'raw bytes', type => 'text/plain' } ]);
 ok(wait_until(60, sub { count_stored('orders') == 32 && ready('orders') == 0 }),
@@ -235,5 +237,104 @@ like($rejects{'{not json'}, qr/^22P02: invalid input syntax for type json \(afte
 like($rejects{'no id here'}, qr/^no message id: /, 'a message without an id: a reject at once');
 is(scalar(() = log_of($r3_log) =~ /message bad \(broker id \d+\) refused: 22P02/g), 5,
 	'the invalid JSON was tried 5 times');
+
+# --- faults: the database restarted, the grant revoked, the broker killed ----------------
+# One relay throughout, its pause point armed only for the broker's kill
+my $r4_log = "$tmp/relay4.log";
+my $r4 = start_relay($r4_log, INBOX_RELAY_TEST_PAUSE_ACK => $pause);
+my $before = count_stored('orders');
+
+# The database stopped at once, messages published meanwhile, started
+$node->stop('immediate');
+publish('orders', [ map { { id => sprintf('d%02d', $_), key => 'k' . ($_ % 3), body => qq({"n": $_}) } } 1 .. 20 ]);
+$node->start;
+ok(wait_until(90, sub { count_stored('orders') == $before + 20 && ready('orders') == 0 }),
+	'messages published while the database is down go in once it is back')
+  or diag(log_of($r4_log));
+
+# The scope's grant revoked: 42501 is transient, retried, never acknowledged
+sql(q{SELECT inbox_revoke('orders', 'ingest_relay')});
+publish('orders', [ map { { id => sprintf('g%02d', $_), key => 'k' . ($_ % 3), body => qq({"n": $_}) } } 1 .. 10 ]);
+ok(wait_until(60, sub { log_of($r4_log) =~ /not written, handed back to the broker: 42501/ }),
+	'with the grant revoked, the batch is refused with 42501 and handed back')
+  or diag(log_of($r4_log));
+is(count_stored('orders'), $before + 20, 'nothing of it is in the inbox meanwhile');
+sql(q{SELECT inbox_grant('orders', 'ingest_relay')});
+ok(wait_until(90, sub { count_stored('orders') == $before + 30 && ready('orders') == 0 }),
+	'the grant restored, the messages go in')
+  or diag(log_of($r4_log));
+is(sql('SELECT count(*) FROM inbox_ingest_rejects'), 3, 'and none was taken for a reject');
+
+# The broker killed while the relay holds a committed batch unacknowledged;
+# started again, it delivers the batch again: duplicates, acknowledged
+append_to_file($pause, '');
+my $paused = () = log_of($r4_log) =~ /test pause: waiting after a commit/g;
+publish('orders', [ map { { id => sprintf('r%02d', $_), key => 'k' . ($_ % 3), body => qq({"n": $_}) } } 1 .. 25 ]);
+ok(wait_until(60, sub { (() = log_of($r4_log) =~ /test pause: waiting after a commit/g) > $paused }),
+	'the relay pauses after a commit')
+  or diag(log_of($r4_log));
+kill 'KILL', -$broker_pgid;
+waitpid($broker_pgid, 0);
+unlink $pause;
+($broker_pgid, $up) = InboxTest::run_rabbitmq("$tmp/rabbitmq");
+ok($up, 'the broker is started again');
+ok(wait_until(120, sub { count_stored('orders') == $before + 55 && ready('orders') == 0 }),
+	'after the broker\'s restart, every message is in the inbox')
+  or diag(log_of($r4_log));
+stop_relay($r4);
+is(ready('orders'), 0, 'and the queue is empty');
+is(sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders' AND message_id ~ '^[dgr]\d\d$'}), 55,
+	'nothing lost, nothing doubled through the faults');
+
+# --- two relays on one queue, single active consumer ----------------------------------------
+# Both relays read the subscription; the queue gives one of them its
+# messages, the other stands by.  The active one commits a batch and is
+# killed before its acknowledgement; the other takes over from the
+# batch's first message.  Without x-single-active-consumer the two would
+# each take every other message and commit them side by side.
+my $sac = "$base?queue=shipments";
+append_to_file($secrets, "$sac guest\n");
+broker([ 'queue', 'shipments', { 'x-single-active-consumer' => JSON::PP::true } ]);
+sql(qq{SELECT inbox_subscribe('shipments', '$sac', '{"batch": 5, "group_key": "routing_key"}');
+	SELECT inbox_grant('shipments', 'ingest_relay')});
+append_to_file($pause, '');
+my %sac_log = map { ($_ => "$tmp/relay-sac-$_.log") } 'a', 'b';
+my %sac_pid = map { ($_ => start_relay($sac_log{$_}, INBOX_RELAY_TEST_PAUSE_ACK => $pause)) } 'a', 'b';
+publish('shipments', [ map { { id => sprintf('s%02d', $_), key => 'k' . ($_ % 3), body => qq({"n": $_}) } } 1 .. 60 ]);
+my $active;
+ok(wait_until(60, sub { ($active) = grep { log_of($sac_log{$_}) =~ /test pause/ } 'a', 'b'; $active }),
+	'one relay commits a batch');
+stop_relay($sac_pid{$active}, 'KILL');
+unlink $pause;
+my ($standby) = grep { $_ ne $active } 'a', 'b';
+ok(wait_until(90, sub { count_stored('shipments') == 60 && ready('shipments') == 0 }),
+	'the standby relay takes over and writes the rest')
+  or diag(log_of($sac_log{$standby}));
+stop_relay($sac_pid{$standby});
+is(ready('shipments'), 0, 'the queue is empty');
+my %sac_taken;
+for my $row (split /\n/, sql(q{TRUNCATE taken;
+	DO $$
+	DECLARE r record; got boolean := true;
+	BEGIN
+		WHILE got LOOP
+			got := false;
+			FOR r IN SELECT * FROM inbox_take('shipments', 100) LOOP
+				got := true;
+				INSERT INTO taken (id, key) VALUES (r.message_id, r.group_key);
+				PERFORM inbox_complete('shipments', r.message_id);
+			END LOOP;
+			COMMIT;
+		END LOOP;
+	END $$;
+	SELECT key || ' ' || id FROM taken ORDER BY n}))
+{
+	my ($key, $id) = split / /, $row;
+	push @{ $sac_taken{$key} }, $id;
+}
+is_deeply(
+	\%sac_taken,
+	{ map { my $k = $_; ("k$k" => [ map { sprintf('s%02d', $_) } grep { $_ % 3 == $k } 1 .. 60 ]) } 0 .. 2 },
+	'each key keeps the queue\'s order across the takeover');
 
 done_testing();
