@@ -179,6 +179,8 @@ for my $db ('v100', 'v110')
 		'1.2.0', "$db is updated to 1.2.0");
 }
 my %in_120 = map { $_ => 1 } split /\n/, $node->safe_psql('v110', $identities);
+is($node->safe_psql('v100', 'SELECT count(*) FROM inbox_bundles'), '52',
+	'the update to 1.2.0 adds ingest to the bundles: the subscriptions, the source schemes and the rejects');
 is(join("\n", sort grep { !$in_120{$_} } keys %in_110_v110), '',
 	'1.2.0 has every function identity of 1.1.0');
 my $shapes = q{
