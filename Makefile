@@ -77,7 +77,7 @@ REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
 	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
 	scope_grants drop_guard purge_private_locks claim_many claim_many_repeat claim_many_mismatch offsets_race forget_race poll_receipts \
-	deferred_front content_window outbox_order outbox_relays outbox_unroute groups priorities
+	deferred_front content_window outbox_order outbox_relays outbox_unroute ingest_notify groups priorities
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 
