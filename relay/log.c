@@ -30,6 +30,9 @@ relay_log_prefix(const char *target)
 	snprintf(log_prefix, sizeof(log_prefix), "inbox-relay %s", target);
 }
 
+/* A format checked as printf's, in the callers' prototypes */
+static void log_line(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
 static void
 log_line(const char *fmt, va_list ap)
 {
