@@ -242,9 +242,13 @@ is(scalar(() = log_of($r3_log) =~ /message bad \(broker id \d+\) refused: 22P02/
 # One relay throughout, its pause point armed only for the broker's kill
 my $r4_log = "$tmp/relay4.log";
 my $r4 = start_relay($r4_log, INBOX_RELAY_TEST_PAUSE_ACK => $pause);
+publish('orders', [ { id => 'w01', key => 'k0', body => '{}' } ]);
+ok(wait_until(60, sub { count_stored('orders') == 33 }), 'a fresh relay writes a message')
+  or diag(log_of($r4_log));
 my $before = count_stored('orders');
 
-# The database stopped at once, messages published meanwhile, started
+# The database stopped at once under the relay's connection, messages
+# published meanwhile, started again
 $node->stop('immediate');
 publish('orders', [ map { { id => sprintf('d%02d', $_), key => 'k' . ($_ % 3), body => qq({"n": $_}) } } 1 .. 20 ]);
 $node->start;
