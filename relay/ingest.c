@@ -488,6 +488,9 @@ read_options(Ingest *g)
 		rc = 1;
 	else
 	{
+		free(g->id_header);
+		free(g->group);
+		free(g->options);
 		g->batch = atoi(PQgetvalue(res, 0, 0));
 		g->max_attempts = atoi(PQgetvalue(res, 0, 1));
 		g->id_header = PQgetisnull(res, 0, 2) ? NULL : strdup(PQgetvalue(res, 0, 2));
@@ -497,6 +500,34 @@ read_options(Ingest *g)
 	}
 	PQclear(res);
 	return rc;
+}
+
+/*
+ * Whether inbox_subscribe or inbox_unsubscribe notified a change of this
+ * subscription, seen without a round trip (the child LISTENs on its
+ * connection, between its transactions)
+ */
+static bool
+subscription_changed(Ingest *g)
+{
+	size_t		len = strlen(g->scope);
+	bool		changed = false;
+	PGnotify   *note;
+
+	if (PQconsumeInput(g->conn) == 0)
+	{
+		/* Connected again (and listening) before the next batch */
+		PQfinish(g->conn);
+		g->conn = NULL;
+		return false;
+	}
+	while ((note = PQnotifies(g->conn)) != NULL)
+	{
+		changed |= strncmp(note->extra, g->scope, len) == 0 && note->extra[len] == ' ' &&
+			strcmp(note->extra + len + 1, g->source) == 0;
+		PQfreemem(note);
+	}
+	return changed;
 }
 
 /*
@@ -510,6 +541,7 @@ relay_ingest(const char *scope, const char *source)
 	char	   *secret = relay_secret_for(source);
 	RelayIngest *m = NULL;
 	int			status = 0;
+	bool		reread = true;
 
 	relay_log_prefix(source);
 	if ((g.src = relay_source_for(source)) == NULL)
@@ -522,19 +554,41 @@ relay_ingest(const char *scope, const char *source)
 		char		error[RELAY_ERROR_SIZE] = "";
 		int			n;
 
-		if (g.conn == NULL && (g.conn = relay_connect_db()) == NULL)
+		if (g.conn == NULL)
 		{
-			status = 1;
-			break;
+			if ((g.conn = relay_connect_db()) == NULL)
+			{
+				status = 1;
+				break;
+			}
+			PQclear(PQexec(g.conn, "LISTEN inbox_subscriptions"));
+			reread = true;
 		}
-		if (g.options == NULL && (n = read_options(&g)) != 0)
+		if (reread)
 		{
-			if (n > 0)
-				break;			/* no such subscription: nothing to do */
-			PQfinish(g.conn);
-			g.conn = NULL;
-			sleep(1);
-			continue;
+			char	   *before = g.options ? strdup(g.options) : NULL;
+
+			if ((n = read_options(&g)) != 0)
+			{
+				free(before);
+				if (n > 0)
+					break;		/* no such subscription: nothing to do */
+				PQfinish(g.conn);
+				g.conn = NULL;
+				sleep(1);
+				continue;
+			}
+			reread = false;
+			/* New options: the source opened again, with the new batch */
+			if (before != NULL && strcmp(before, g.options) != 0 && g.in != NULL)
+			{
+				relay_log("the subscription's options changed: opening the source again");
+				g.src->close(g.in);
+				g.in = NULL;
+				free(m);
+				m = NULL;
+			}
+			free(before);
 		}
 		if (m == NULL)
 			m = calloc(g.batch, sizeof(RelayIngest));
@@ -564,6 +618,8 @@ relay_ingest(const char *scope, const char *source)
 		if (n > 0)
 			settle(&g, m, n);
 		relay_ingest_free(m, n);
+		if (g.conn != NULL && subscription_changed(&g))
+			reread = true;
 	}
 	if (g.in != NULL)
 		g.src->close(g.in);

@@ -247,6 +247,12 @@ ok(wait_until(60, sub { count_stored('orders') == 33 }), 'a fresh relay writes a
   or diag(log_of($r4_log));
 my $before = count_stored('orders');
 
+# New options apply to the running relay
+sql(qq{SELECT inbox_subscribe('orders', '$source', '{"batch": 3, "group_key": "routing_key"}')});
+ok(wait_until(30, sub { log_of($r4_log) =~ /the subscription's options changed: opening the source again/ }),
+	'a change of the options reopens the source')
+  or diag(log_of($r4_log));
+
 # The database stopped at once under the relay's connection, messages
 # published meanwhile, started again
 $node->stop('immediate');
@@ -340,5 +346,20 @@ is_deeply(
 	\%sac_taken,
 	{ map { my $k = $_; ("k$k" => [ map { sprintf('s%02d', $_) } grep { $_ % 3 == $k } 1 .. 60 ]) } 0 .. 2 },
 	'each key keeps the queue\'s order across the takeover');
+
+# --- --version and check ----------------------------------------------------------------------
+my ($out, $err) = ('', '');
+IPC::Run::run([ $relay, '--version' ], '>', \$out, '2>', \$err);
+my ($sources) = $out =~ /^sources: (.*)$/m;
+is($sources, sql(q{SELECT string_agg(scheme, ' ' ORDER BY scheme) FROM inbox_source_schemes()}),
+	'--version names the sources inbox_source_schemes() lists');
+my $missing = "$base?queue=missing";
+append_to_file($secrets, "$missing guest\n");
+sql(qq{SELECT inbox_subscribe('orders', '$missing')});
+IPC::Run::run([ $relay, 'check', "--secrets=$secrets", $conninfo ], '>', \$out, '2>', \$err);
+like($out, qr/^OK \Q$source\E$/m, 'check opens a source and finds its queue');
+like($out, qr/^FAIL \Q$missing\E: queue: the broker closed the channel: 404 NOT_FOUND/m,
+	'check reports a source whose queue is missing')
+  or diag($out, $err);
 
 done_testing();
