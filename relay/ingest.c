@@ -25,7 +25,9 @@
  * order, and come back as the next batch.  Every other failure (the
  * database or the broker gone, 42501 while a grant is revoked, 57P01,
  * 40001) is transient: nothing of the batch is acknowledged, it is handed
- * back, and the child tries again after a backoff, without limit.
+ * back, and the child tries again after a backoff, without limit.  A
+ * content the scope's content window refuses as sent again under a new
+ * id (IB007) is acknowledged without being stored, as a duplicate id is.
  *
  * The message id is the broker's (AMQP's message_id), or the header the
  * subscription's message_id_header names; the group key, when the
@@ -57,6 +59,8 @@ typedef enum Written
 {
 	WRITTEN,					/* committed */
 	REFUSED,					/* a data error (class 22) of one message */
+	REPEATED,					/* the scope's content window found a content
+								 * sent again under a new id (IB007) */
 	TRANSIENT					/* anything else: try again later */
 } Written;
 
@@ -154,7 +158,10 @@ make_item(const Ingest *g, const RelayIngest *m, Item *it)
 	}
 }
 
-/* A statement's outcome: the class of its SQLSTATE, "" for success */
+/*
+ * A statement's outcome: WRITTEN when it ran as wanted, else by its
+ * SQLSTATE, with the SQLSTATE and the message into error
+ */
 static Written
 outcome(PGresult *res, ExecStatusType want, char *error)
 {
@@ -166,6 +173,8 @@ outcome(PGresult *res, ExecStatusType want, char *error)
 	snprintf(error, RELAY_ERROR_SIZE, "%s: %s", state ? state : "08006",
 			 PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) ?
 			 PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : "the connection to the database broke");
+	if (state != NULL && strcmp(state, "IB007") == 0)
+		return REPEATED;
 	return state != NULL && strncmp(state, "22", 2) == 0 ? REFUSED : TRANSIENT;
 }
 
@@ -366,6 +375,13 @@ write_each(Ingest *g, const RelayIngest *m, Item *it, int n, char *error)
 			if ((w = run(g, "SAVEPOINT one", error)) != WRITTEN)
 				break;
 			w = receive(g, m, it, &one, 1, it[one].json, why);
+			if (w == REPEATED)
+			{
+				/* A content duplicate: acknowledged, as a duplicate id is */
+				relay_log("message %s (broker id %s) not stored: %s", it[one].id, m[one].broker_id, why);
+				w = run(g, "ROLLBACK TO SAVEPOINT one", error);
+				continue;
+			}
 			if (w == REFUSED)
 			{
 				relay_log("message %s (broker id %s) refused: %s", it[one].id, m[one].broker_id, why);
@@ -428,6 +444,7 @@ settle(Ingest *g, const RelayIngest *m, int n)
 			done = n;
 			break;
 		case REFUSED:
+		case REPEATED:
 			relay_debug(1, "batch of %d refused (%s): written message by message", n, error);
 			done = write_each(g, m, it, n, error);
 			break;

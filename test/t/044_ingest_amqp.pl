@@ -361,5 +361,25 @@ like($out, qr/^OK \Q$source\E$/m, 'check opens a source and finds its queue');
 like($out, qr/^FAIL \Q$missing\E: queue: the broker closed the channel: 404 NOT_FOUND/m,
 	'check reports a source whose queue is missing')
   or diag($out, $err);
+sql(qq{SELECT inbox_unsubscribe('orders', '$missing')});
+
+# --- a content window: the same content under a new id (IB007) ----------------------------
+sql(q{SELECT inbox_set_content_window('orders', '1 hour', 'reject')});
+my $r5_log = "$tmp/relay5.log";
+my $r5 = start_relay($r5_log);
+publish('orders', [ { id => 'c01', key => 'k0', body => '{"content": 1}' } ]);
+ok(wait_until(60, sub { sql(q{SELECT count(*) FROM inbox.entries WHERE message_id = 'c01'}) == 1 }),
+	'a first content goes in')
+  or diag(log_of($r5_log));
+publish('orders', [ map { { id => "c0$_->[0]", key => 'k1', body => qq({"content": $_->[1]}) } } [ 2, 2 ], [ 4, 1 ], [ 3, 3 ] ]);
+ok(wait_until(60, sub { sql(q{SELECT count(*) FROM inbox.entries WHERE message_id IN ('c02', 'c03')}) == 2
+		  && ready('orders') == 0 }),
+	'the batch-mates of a content sent again under a new id go in')
+  or diag(log_of($r5_log));
+stop_relay($r5);
+is(ready('orders'), 0, 'the content sent again (IB007) is acknowledged');
+is(sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders' AND message_id LIKE 'c%'}), 3,
+	'and not stored');
+like(log_of($r5_log), qr/message c04 \(broker id \d+\) not stored: IB007/, 'the relay says why');
 
 done_testing();
