@@ -310,7 +310,8 @@ inlet_ack(RelayInlet *in, const RelayIngest *m, int n, char *error)
 static void
 inlet_release(RelayInlet *in)
 {
-	if (in->last_tag > 0)
+	/* Only with a delivery outstanding: the broker refuses a tag it knows not */
+	if (in->last_tag > in->acked_to)
 		amqp_basic_nack(in->t->conn, CHANNEL, in->last_tag, 1, 1);
 	in->acked_to = in->last_tag;
 }
