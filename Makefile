@@ -70,14 +70,14 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred poll complete_many groups priorities ranges streams forget limits outbox outbox_checks outbox_routes direct_guard content_window depth drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll complete_many groups priorities ranges streams forget limits outbox outbox_checks outbox_routes ingest direct_guard content_window depth drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/
 ISOLATION = claim_commit claim_abort claim_mismatch claim_nowait \
 	claim_repeatable_read claim_serializable purge_concurrency deferred_take \
 	scope_grants drop_guard purge_private_locks claim_many claim_many_repeat claim_many_mismatch offsets_race forget_race poll_receipts \
-	deferred_front content_window outbox_order outbox_relays outbox_unroute groups priorities
+	deferred_front content_window outbox_order outbox_relays outbox_unroute ingest_notify groups priorities
 ISOLATION_OPTS = --inputdir=test/isolation --temp-instance=tmp_check_iso \
 	--temp-config=test/inbox.conf
 

@@ -12,11 +12,12 @@
  * one is named, passively), and closes it.  An HTTP target, whose open()
  * connects to nothing, is checked by a TCP connection to its host and
  * port, with no request.  With --management, an AMQP target's exchange
- * must also have a binding its messages could follow (management.c).  One
- * line per target on stdout, "OK TARGET" or "FAIL TARGET: REASON"; the
- * exit status is 0 when every line is OK, 1 otherwise (or when the
- * database cannot be read), 2 on a wrong command line.  Nothing is
- * fetched, published or acknowledged.
+ * must also have a binding its messages could follow (management.c).
+ * Then each subscription's source, after the targets
+ * (relay_check_sources).  One line per target or source on stdout, "OK
+ * NAME" or "FAIL NAME: REASON"; the exit status is 0 when every line is
+ * OK, 1 otherwise (or when the database cannot be read), 2 on a wrong
+ * command line.  Nothing is fetched, published or acknowledged.
  *
  * relay/check.c
  *
@@ -246,6 +247,7 @@ relay_check_main(int argc, char **argv)
 		fflush(stdout);
 	}
 	PQclear(res);
+	failures += relay_check_sources(conn);
 	PQfinish(conn);
 	return failures > 0 ? 1 : 0;
 }

@@ -2,8 +2,9 @@
  *
  * daemon.h
  *	  inbox-relay: what the supervisor (inbox-relay.c) shares with the
- *	  loop of its children (loop.c) and the table of transports
- *	  (transports.c).  The transports never include it.
+ *	  loops of its children (loop.c, ingest.c) and the table of transports
+ *	  and sources (transports.c).  The transports and sources never
+ *	  include it.
  *
  * relay/daemon.h
  *
@@ -42,6 +43,9 @@ extern PGcancel *volatile relay_fetch_cancel;
 extern const RelayTransport *relay_transport_for(const char *target);
 extern const char *relay_schemes(char *buf, size_t size);
 
+extern const RelaySource *relay_source_for(const char *source);
+extern const char *relay_source_schemes(char *buf, size_t size);
+
 /* secrets.c */
 extern char *relay_secret_for(const char *target);
 
@@ -77,6 +81,11 @@ extern void relay_metrics_dead(void);
 /* heartbeat.c */
 extern void relay_beat_fetched(PGconn *conn, const char *target, bool busy);
 extern void relay_beat_idle(PGconn *conn, const char *target);
+
+/* ingest.c: a child that reads a subscription's source into its scope */
+extern int	relay_ingest(const char *scope, const char *source);
+extern void relay_ingest_free(RelayIngest *m, int n);
+extern int	relay_check_sources(PGconn *conn);
 
 /* check.c: inbox-relay check CONNINFO */
 extern int	relay_check_main(int argc, char **argv);

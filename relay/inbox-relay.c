@@ -10,6 +10,10 @@
  * when it fails, after a backoff.  It reads the targets again when
  * outbox_route or outbox_unroute notify it (channel inbox_outbox_routes),
  * and every --refresh seconds besides.  A child dies with its supervisor.
+ * Beside them, one process per subscription (inbox_subscriptions: a
+ * source read into a scope, with the loop of ingest.c), looked after the
+ * same way, read again when inbox_subscribe or inbox_unsubscribe notify
+ * (channel inbox_subscriptions); a relay given --target reads none.
  *
  * Secrets never sit in the database: the routes hold no password, and the
  * relay reads them from its secrets file (--secrets), one line per target,
@@ -51,6 +55,9 @@
 /* The channel on which outbox_route and outbox_unroute notify */
 #define ROUTES_CHANNEL "inbox_outbox_routes"
 
+/* The channel on which inbox_subscribe and inbox_unsubscribe notify */
+#define SUBSCRIPTIONS_CHANNEL "inbox_subscriptions"
+
 RelayOptions relay_options = {
 	.batch = 100,
 	.lease_seconds = 30,
@@ -64,10 +71,11 @@ static int	nonly_targets;
 static int	refresh_seconds = 30;
 static const char *metrics_address;	/* --metrics, or NULL */
 
-/* A target and its child */
+/* A target, or a subscription's source, and its child */
 typedef struct Slot
 {
-	char	   *target;
+	char	   *target;			/* the target's URL, or the source's */
+	char	   *scope;			/* a subscription's scope; NULL for a target */
 	pid_t		pid;			/* its running child, or 0 */
 	bool		listed;			/* the last read of the routes named it */
 	bool		done;			/* its child ended well: started again only by
@@ -121,38 +129,83 @@ supervisor_connect(void)
 	PQclear(PQexec(conn, "SET application_name = 'inbox-relay'"));
 	if (relay_options.once)
 		return conn;
-	res = PQexec(conn, "LISTEN " ROUTES_CHANNEL);
+	res = PQexec(conn, "LISTEN " ROUTES_CHANNEL "; LISTEN " SUBSCRIPTIONS_CHANNEL);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		relay_log("LISTEN failed (routes are read every --refresh only): %s", PQerrorMessage(conn));
 	PQclear(res);
 	return conn;
 }
 
-/* The targets of every route, into targets; -1 when they cannot be read */
+/*
+ * The targets of every route, then the sources of every subscription, into
+ * targets (and their scopes into scopes, NULL for a target); -1 when they
+ * cannot be read.  A database whose inbox has no subscriptions yet (older
+ * than 1.2.0), or a role not allowed to read them, has none to serve.
+ */
 static int
-read_targets(PGconn *conn, char **targets)
+read_targets(PGconn *conn, char **targets, char **scopes)
 {
+	static bool said = false;
 	PGresult   *res;
 	int			n = 0,
 				i;
 
-	res = PQexec(conn, "SELECT DISTINCT t.target FROM outbox_targets() AS t ORDER BY 1");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	res = PQexec(conn, "SELECT DISTINCT t.target, NULL FROM outbox_targets() AS t ORDER BY 1");
+	for (int pass = 0; pass < 2; pass++)
 	{
-		relay_log("outbox_targets() failed: %s", PQerrorMessage(conn));
-		n = -1;
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (PQresultStatus(res) != PGRES_TUPLES_OK && pass == 1 && state != NULL &&
+			(strcmp(state, "42P01") == 0 || strcmp(state, "42501") == 0))
+		{
+			if (!said)
+				relay_log("no subscriptions read: %s", PQerrorMessage(conn));
+			said = true;
+		}
+		else if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			relay_log("reading the %s failed: %s", pass ? "subscriptions" : "routes", PQerrorMessage(conn));
+			while (n > 0)
+				free(targets[--n]);
+			PQclear(res);
+			return -1;
+		}
+		for (i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
+		{
+			if (n == MAX_TARGETS)
+			{
+				relay_log("the routes and subscriptions name over %d targets and sources; this relay "
+						  "serves the first %d only: run another with --target for the targets", MAX_TARGETS, MAX_TARGETS);
+				break;
+			}
+			targets[n] = strdup(PQgetvalue(res, i, 0));
+			scopes[n++] = PQgetisnull(res, i, 1) ? NULL : strdup(PQgetvalue(res, i, 1));
+		}
+		PQclear(res);
+		if (pass == 0)
+			res = PQexec(conn, "SELECT s.source, s.scope FROM inbox_subscriptions AS s ORDER BY 2, 1");
 	}
-	else
-	{
-		for (i = 0; i < PQntuples(res) && n < MAX_TARGETS; i++)
-			targets[n++] = strdup(PQgetvalue(res, i, 0));
-		if (PQntuples(res) > MAX_TARGETS)
-			relay_log("the routes name %d targets; this relay delivers to the first %d only, in "
-					  "the order of their URLs: run another with --target for each of the others",
-					  PQntuples(res), MAX_TARGETS);
-	}
-	PQclear(res);
 	return n;
+}
+
+/* Whether slot s is fresh entry j, the same target or the same subscription */
+static bool
+same_slot(const Slot *s, const char *target, const char *scope)
+{
+	return target != NULL && strcmp(s->target, target) == 0 &&
+		(s->scope == NULL ? scope == NULL : scope != NULL && strcmp(s->scope, scope) == 0);
+}
+
+static const char *
+kind_of(const Slot *s)
+{
+	return s->scope ? "source" : "target";
+}
+
+static const char *
+namer_of(const Slot *s)
+{
+	return s->scope ? "subscription" : "route";
 }
 
 /*
@@ -162,7 +215,7 @@ read_targets(PGconn *conn, char **targets)
  * again when a read names its target.
  */
 static void
-update_slots(char **fresh, int nfresh)
+update_slots(char **fresh, char **scopes, int nfresh)
 {
 	int			i,
 				j;
@@ -171,15 +224,16 @@ update_slots(char **fresh, int nfresh)
 	{
 		Slot	   *s = &slots[i];
 
-		for (j = 0; j < nfresh && (fresh[j] == NULL || strcmp(s->target, fresh[j]) != 0); j++)
+		for (j = 0; j < nfresh && !same_slot(s, fresh[j], scopes[j]); j++)
 			;
 		if (j < nfresh)
 		{
 			free(fresh[j]);
+			free(scopes[j]);
 			fresh[j] = NULL;
 			if (!s->listed)
 			{
-				relay_log("target %s picked up: a route names it", s->target);
+				relay_log("%s %s picked up: a %s names it", kind_of(s), s->target, namer_of(s));
 				s->unserved = false;
 				s->delay = 0;
 				s->start_at = 0;
@@ -189,7 +243,7 @@ update_slots(char **fresh, int nfresh)
 		}
 		else if (s->listed)
 		{
-			relay_log("target %s dropped: no route names it", s->target);
+			relay_log("%s %s dropped: no %s names it", kind_of(s), s->target, namer_of(s));
 			s->listed = false;
 			if (s->pid > 0)
 				kill(s->pid, SIGTERM);
@@ -201,14 +255,17 @@ update_slots(char **fresh, int nfresh)
 			continue;
 		if (nslots == MAX_TARGETS)
 		{
-			relay_log("no room for target %s: this relay delivers to %d at most; "
+			relay_log("no room for %s: this relay serves %d at most; "
 					  "run another with --target", fresh[j], MAX_TARGETS);
 			free(fresh[j]);
+			free(scopes[j]);
 			continue;
 		}
-		relay_log("target %s picked up: a route names it", fresh[j]);
+		relay_log("%s %s picked up: a %s names it", scopes[j] ? "source" : "target", fresh[j],
+				  scopes[j] ? "subscription" : "route");
 		memset(&slots[nslots], 0, sizeof(Slot));
 		slots[nslots].target = fresh[j];
+		slots[nslots].scope = scopes[j];
 		slots[nslots].listed = true;
 		nslots++;
 	}
@@ -217,6 +274,7 @@ update_slots(char **fresh, int nfresh)
 		if (!slots[i].listed && slots[i].pid == 0)
 		{
 			free(slots[i].target);
+			free(slots[i].scope);
 			slots[i] = slots[--nslots];
 		}
 		else
@@ -245,7 +303,7 @@ start_child(Slot *s, pid_t supervisor, PGconn *conn)
 		/* The supervisor's connection is its own: its socket is not used */
 		if (conn != NULL)
 			close(PQsocket(conn));
-		_exit(relay_deliver_target(s->target));
+		_exit(s->scope ? relay_ingest(s->scope, s->target) : relay_deliver_target(s->target));
 	}
 	if (pid < 0)
 	{
@@ -255,7 +313,7 @@ start_child(Slot *s, pid_t supervisor, PGconn *conn)
 	}
 	s->pid = pid;
 	s->started = time(NULL);
-	relay_log("target %s: process %d started", s->target, (int) pid);
+	relay_log("%s %s: process %d started", kind_of(s), s->target, (int) pid);
 }
 
 /*
@@ -291,7 +349,7 @@ child_ended(pid_t pid, int wstatus)
 		}
 		if (relay_options.once)
 		{
-			relay_log("target %s: process %d ended with status %d", s->target, (int) pid, wstatus);
+			relay_log("%s %s: process %d ended with status %d", kind_of(s), s->target, (int) pid, wstatus);
 			s->done = true;
 			return true;
 		}
@@ -300,8 +358,8 @@ child_ended(pid_t pid, int wstatus)
 		else
 			s->delay = s->delay * 2 < RESTART_DELAY_MAX ? s->delay * 2 : RESTART_DELAY_MAX;
 		s->start_at = now + s->delay;
-		relay_log("target %s: process %d ended with status %d; starting it again in %d s",
-				  s->target, (int) pid, wstatus, s->delay);
+		relay_log("%s %s: process %d ended with status %d; starting it again in %d s",
+				  kind_of(s), s->target, (int) pid, wstatus, s->delay);
 		return true;
 	}
 	return false;
@@ -417,6 +475,7 @@ parse_options(int argc, char **argv)
 			case 'V':
 				printf("inbox-relay %s\nschemes: %s\n", RELAY_VERSION,
 					   relay_schemes(schemes, sizeof(schemes)));
+				printf("sources: %s\n", relay_source_schemes(schemes, sizeof(schemes)));
 				return 0;
 			case 'm':
 				metrics_address = optarg;
@@ -561,15 +620,16 @@ main(int argc, char **argv)
 		if (nonly_targets == 0 && now >= read_retry_at &&
 			(read_due || (!relay_options.once && now - last_read >= refresh_seconds)))
 		{
-			char	   *fresh[MAX_TARGETS];
+			char	   *fresh[MAX_TARGETS],
+					   *scopes[MAX_TARGETS];
 			int			nfresh = -1;
 
 			if (conn == NULL)
 				conn = supervisor_connect();
 			if (conn != NULL)
-				nfresh = read_targets(conn, fresh);
+				nfresh = read_targets(conn, fresh, scopes);
 			if (nfresh >= 0)
-				update_slots(fresh, nfresh);
+				update_slots(fresh, scopes, nfresh);
 			else if (relay_options.once)
 				return 1;
 			else if (conn != NULL && PQstatus(conn) != CONNECTION_OK)

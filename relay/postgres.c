@@ -309,44 +309,6 @@ pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 }
 
 /*
- * Add one element to an array literal: in double quotes, its quotes and
- * backslashes escaped; binary bytes as bytea's hex form.  Room for the
- * longest form (every byte doubled) is made once.
- */
-static void
-text_add_element(RelayText *s, const char *p, size_t n, bool binary)
-{
-	static const char hex[] = "0123456789abcdef";
-	char	   *out;
-
-	relay_text_reserve(s, 2 * n + 6);
-	out = s->data + s->len;
-	if (s->len > 1)
-		*out++ = ',';
-	*out++ = '"';
-	if (binary)
-	{
-		memcpy(out, "\\\\x", 3);
-		out += 3;
-		for (size_t i = 0; i < n; i++)
-		{
-			*out++ = hex[(unsigned char) p[i] >> 4];
-			*out++ = hex[(unsigned char) p[i] & 15];
-		}
-	}
-	else
-		for (size_t i = 0; i < n; i++)
-		{
-			if (p[i] == '"' || p[i] == '\\')
-				*out++ = '\\';
-			*out++ = p[i];
-		}
-	*out++ = '"';
-	*out = '\0';
-	s->len = out - s->data;
-}
-
-/*
  * The most payload bytes one statement carries: a batch of large
  * messages goes in several, so that neither this process nor the server
  * has to hold an array near PostgreSQL's limit of a value.
@@ -375,9 +337,9 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 	relay_text_append(&keys, "{", 1);
 	for (i = 0; i < count; i++)
 	{
-		text_add_element(&ids, m[which[i]].id, strlen(m[which[i]].id), false);
-		text_add_element(&payloads, m[which[i]].body, m[which[i]].body_len, binary);
-		text_add_element(&keys, m[which[i]].key, strlen(m[which[i]].key), false);
+		relay_text_element(&ids, m[which[i]].id, strlen(m[which[i]].id), false);
+		relay_text_element(&payloads, m[which[i]].body, m[which[i]].body_len, binary);
+		relay_text_element(&keys, m[which[i]].key, strlen(m[which[i]].key), false);
 	}
 	relay_text_append(&ids, "}", 1);
 	relay_text_append(&payloads, "}", 1);

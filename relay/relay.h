@@ -2,9 +2,10 @@
  *
  * relay.h
  *	  inbox-relay: what the loop (loop.c) shares with the transports, one
- *	  per kind of target (amqp.c, webhook.c, postgres.c), and what they
- *	  all use: the log (log.c) and the reading of URLs (url.c).  A
- *	  transport includes this header only.
+ *	  per kind of target (amqp.c, webhook.c, postgres.c), what the ingest
+ *	  loop (ingest.c) shares with the sources (amqp_source.c), and what
+ *	  they all use: the log (log.c) and the reading of URLs (url.c).  A
+ *	  transport or a source includes this header only.
  *
  * A transport opens a target once, delivers messages to it, and answers
  * for each only once the target confirmed it or refused it: the loop
@@ -102,6 +103,60 @@ typedef struct RelayTransport
 	bool		(*check) (RelayTarget *target, const char *url, char *error);
 } RelayTransport;
 
+/*
+ * One message a source took from its broker, not yet acknowledged there.
+ * Every string is the source's malloc() and the loop's to free()
+ * (relay_ingest_free).
+ */
+typedef struct RelayIngest
+{
+	char	   *broker_id;		/* where the broker keeps it: AMQP's delivery
+								 * tag, Kafka's topic/partition/offset, a
+								 * stream sequence; as text */
+	char	   *message_id;		/* the broker's own message id, or NULL */
+	char	   *body;
+	size_t		body_len;
+	char	   *content_type;	/* or NULL */
+	char	   *routing_key;	/* the broker's key of the message (AMQP's
+								 * routing key, Kafka's key), or NULL */
+	int			nheaders;		/* the message's headers, as text pairs */
+	char	  **header_names;
+	char	  **header_values;
+} RelayIngest;
+
+typedef struct RelayInlet RelayInlet;
+
+/*
+ * Each source: a broker's queue (topic, stream) read into an inbox by
+ * ingest.c.  open(url, secret, options, error) connects and starts
+ * consuming, with at most prefetch messages unacknowledged; options is the
+ * subscription's options as JSON text, for what a source reads of them.
+ * fetch() waits at most wait_ms for a first message and returns at once
+ * with what has come by then, at most max, into out: their number, or -1
+ * with error filled when the broker is gone (the loop closes the inlet and
+ * opens it again later).  ack() tells the broker that messages m[0..n),
+ * each taken by the last fetch or one before, are done with: the loop
+ * calls it only once what it wrote of them has committed.  release() hands
+ * back every message taken and not acknowledged, to be delivered again,
+ * in their order where the broker keeps one.  check(url, secret, error),
+ * for "inbox-relay check", connects and verifies that the queue is there,
+ * taking nothing.
+ */
+typedef struct RelaySource
+{
+	const char *scheme;			/* "amqp://" ... */
+	RelayInlet *(*open) (const char *url, const char *secret, const char *options,
+						 int prefetch, char *error);
+	int			(*fetch) (RelayInlet *inlet, RelayIngest *out, int max, int wait_ms, char *error);
+	bool		(*ack) (RelayInlet *inlet, const RelayIngest *m, int n, char *error);
+	void		(*release) (RelayInlet *inlet);
+	void		(*close) (RelayInlet *inlet);
+	bool		(*check) (const char *url, const char *secret, char *error);
+} RelaySource;
+
+extern const RelaySource relay_amqp_source;
+extern const RelaySource relay_amqps_source;
+
 extern const RelayTransport relay_amqp;
 extern const RelayTransport relay_amqps;
 extern const RelayTransport relay_http;
@@ -138,5 +193,8 @@ extern void relay_text_printf(RelayText *t, const char *fmt,...) __attribute__((
 extern char *relay_url_param(const char *url, const char *name);
 extern char *relay_url_without_query(const char *url);
 extern char *relay_url_decode(const char *s, size_t len);
+
+/* text.c: one element of an array literal, NULL for p NULL */
+extern void relay_text_element(RelayText *t, const char *p, size_t n, bool binary);
 
 #endif							/* INBOX_RELAY_H */

@@ -68,3 +68,47 @@ relay_text_printf(RelayText *t, const char *fmt,...)
 	}
 	t->len += n;
 }
+
+/*
+ * Add one element to an array literal: in double quotes, its quotes and
+ * backslashes escaped; binary bytes as bytea's hex form.  Room for the
+ * longest form (every byte doubled) is made once.  p NULL adds NULL.
+ */
+void
+relay_text_element(RelayText *s, const char *p, size_t n, bool binary)
+{
+	static const char hex[] = "0123456789abcdef";
+	char	   *out;
+
+	relay_text_reserve(s, 2 * n + 6);
+	out = s->data + s->len;
+	if (s->len > 1)
+		*out++ = ',';
+	if (p == NULL)
+	{
+		memcpy(out, "NULL", 5);
+		s->len = out + 4 - s->data;
+		return;
+	}
+	*out++ = '"';
+	if (binary)
+	{
+		memcpy(out, "\\\\x", 3);
+		out += 3;
+		for (size_t i = 0; i < n; i++)
+		{
+			*out++ = hex[(unsigned char) p[i] >> 4];
+			*out++ = hex[(unsigned char) p[i] & 15];
+		}
+	}
+	else
+		for (size_t i = 0; i < n; i++)
+		{
+			if (p[i] == '"' || p[i] == '\\')
+				*out++ = '\\';
+			*out++ = p[i];
+		}
+	*out++ = '"';
+	*out = '\0';
+	s->len = out - s->data;
+}

@@ -21,6 +21,8 @@
  *	 9. Monitoring          the operators' views, inbox_stats_reset
  *	10. Scale-out           inbox_distribute, the Citus drop path
  *	11. Outbox              outbox_send: messages to deliver, ordered by commit
+ *	12. Ingest              inbox_subscribe: broker queues into scopes, acknowledged
+ *	                        after the commit; the rejects
  *
  * Each section holds everything of its feature: tables, internal
  * functions, implementations, entry points, views, comments and
@@ -5132,3 +5134,430 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('operator', 'function', '@extschema@.outbox_schemes()'),
 	('relay', 'function', '@extschema@.outbox_schemes()'),
 	('relay', 'function', '@extschema@.outbox_report(text, text)');
+
+-- ======================================================================
+-- 12. Ingest
+-- ======================================================================
+
+/*
+ * Subscriptions: a broker's queue (a source) whose messages the relay
+ * writes into a scope with inbox_receive_many, acknowledging them to the
+ * broker only after that transaction has committed.  The extension's
+ * owner subscribes and unsubscribes; the relay reads the view
+ * inbox_subscriptions, and re-reads it when a change commits (the
+ * notification inbox_subscriptions, whose payload is the scope and the
+ * source, separated by a space).
+ *
+ * A source is a URL of a scheme the relay reads, whose query holds only
+ * the parameters that scheme reads, and whose options are only those the
+ * relay reads: inbox_source_schemes() is the one list of them.  Secrets
+ * live in the relay's secrets file, as the targets' do: a password in
+ * the URL's user information, and a parameter or option whose name,
+ * percent-decoded and in any case, names a secret, are refused as such.
+ *
+ * What the relay cannot write, because the database refuses the message
+ * on its own account (a class 22 error after max_attempts, a message
+ * without a usable id, different content under an id already received),
+ * is recorded with inbox_ingest_reject and only then acknowledged.  The
+ * rejects stay until an operator removes them with inbox_ingest_forget:
+ * each is a message the broker no longer holds.
+ */
+CREATE TABLE inbox.subscriptions (
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	source text COLLATE pg_catalog."C" NOT NULL,
+	options jsonb NOT NULL DEFAULT '{}',
+	created_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT subscriptions_pkey PRIMARY KEY (scope, source)
+);
+
+COMMENT ON TABLE inbox.subscriptions IS
+'the sources (broker queues) the relay writes into each scope, with their options';
+
+REVOKE ALL ON TABLE inbox.subscriptions FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.subscriptions', '');
+
+CREATE TABLE inbox.ingest_rejects (
+	id uuid NOT NULL DEFAULT inbox.uuid_v7(),
+	scope text COLLATE pg_catalog."C" NOT NULL,
+	source text COLLATE pg_catalog."C" NOT NULL,
+	broker_id text COLLATE pg_catalog."C",
+	reason text NOT NULL,
+	payload bytea,
+	headers jsonb,
+	rejected_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	CONSTRAINT ingest_rejects_pkey PRIMARY KEY (id)
+);
+
+COMMENT ON TABLE inbox.ingest_rejects IS
+'messages a source delivered that the relay could not write into the scope, recorded before their acknowledgement';
+
+CREATE INDEX ingest_rejects_scope_rejected_at ON inbox.ingest_rejects (scope, rejected_at);
+
+REVOKE ALL ON TABLE inbox.ingest_rejects FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('inbox.ingest_rejects', '');
+
+CREATE FUNCTION @extschema@.inbox_source_schemes()
+RETURNS TABLE (scheme text, parameters text[], required text[], options text[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT s.scheme, s.parameters, s.required,
+		   ARRAY['max_attempts', 'message_id_header', 'group_key', 'batch']
+	  FROM (VALUES
+		('amqp', ARRAY['queue'], ARRAY['queue']),
+		('amqps', ARRAY['queue', 'cacert'], ARRAY['queue'])) AS s(scheme, parameters, required)
+$$;
+
+COMMENT ON FUNCTION @extschema@.inbox_source_schemes() IS
+'the source schemes the relay reads, with the URL parameters each accepts and requires, and the subscription options';
+
+-- The source URL's checks that do not depend on its scheme
+CREATE FUNCTION inbox.ingest_check_source(source_url text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF source_url IS NULL THEN
+		RAISE EXCEPTION 'source_url must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF source_url !~ '^[A-Za-z][A-Za-z0-9+.-]*://' THEN
+		RAISE EXCEPTION 'source_url must be a URL'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('It is "%s".', inbox.quote(source_url)),
+				  HINT = 'For example amqp://host/vhost?queue=orders.';
+	END IF;
+	IF source_url ~ '[[:cntrl:][:space:]]' OR pg_catalog.octet_length(source_url) OPERATOR(pg_catalog.>) 2048 THEN
+		RAISE EXCEPTION 'source_url must be at most 2048 bytes, without spaces or control characters'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('It is "%s".', inbox.quote(source_url));
+	END IF;
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_subscribe(scope text, source_url text, options jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_scope text := inbox_subscribe.scope;
+	p_source text := inbox_subscribe.source_url;
+	opts jsonb := coalesce(inbox_subscribe.options, '{}');
+	p_scheme text;
+	parameters text[];
+	required text[];
+	allowed text[];
+	seen text[] := '{}';
+	userinfo text;
+	pair text;
+	raw text;
+	name text;
+	k text;
+	gk text;
+BEGIN
+	PERFORM inbox.check_key(p_scope, NULL, false);
+	PERFORM inbox.ingest_check_source(p_source);
+	p_scheme := pg_catalog.substring(p_source, '^([^:]*)://');
+	SELECT s.parameters, s.required, s.options INTO parameters, required, allowed
+	  FROM @extschema@.inbox_source_schemes() AS s WHERE s.scheme OPERATOR(pg_catalog.=) p_scheme;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'source_url''s scheme is not one the relay reads'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('It is "%s".', inbox.quote(p_scheme)),
+				  HINT = 'The schemes are ' OPERATOR(pg_catalog.||)
+						 (SELECT pg_catalog.string_agg(s.scheme OPERATOR(pg_catalog.||) '://', ', ')
+							FROM @extschema@.inbox_source_schemes() AS s) OPERATOR(pg_catalog.||)
+						 ': inbox_source_schemes() lists them.';
+	END IF;
+	-- The user information, the widest reading: up to the first '@'
+	-- before the first '/'
+	userinfo := pg_catalog.substring(pg_catalog.substring(p_source, '^[^:]*://([^/]*)'), '^([^@]*)@');
+	IF pg_catalog.strpos(coalesce(userinfo, ''), ':') OPERATOR(pg_catalog.>) 0 THEN
+		RAISE EXCEPTION 'source_url must not hold a password'
+			USING ERRCODE = '22023',
+				  DETAIL = 'The subscriptions are readable by operators, and their rows reach dumps and logs.',
+				  HINT = 'Give the source without its password, and put the password in the relay''s secrets file.';
+	END IF;
+	FOR pair IN SELECT p FROM pg_catalog.regexp_split_to_table(
+					 coalesce(pg_catalog.substring(p_source, '\?(.*)$'), ''), '&') AS p
+				 WHERE p OPERATOR(pg_catalog.<>) '' LOOP
+		raw := pg_catalog.split_part(pair, '=', 1);
+		name := inbox.outbox_url_decode(raw);
+		IF inbox.outbox_secret_name(name) THEN
+			RAISE EXCEPTION 'source_url must not hold a secret'
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('URL parameter "%s" names one; the subscriptions are readable '
+												 'by operators, and their rows reach dumps and logs.', inbox.quote(raw)),
+					  HINT = 'Put secrets in the relay''s secrets file.';
+		END IF;
+		IF NOT raw OPERATOR(pg_catalog.=) ANY (parameters) THEN
+			RAISE EXCEPTION 'URL parameter "%" is not one that %:// sources take', inbox.quote(raw), p_scheme
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('They take %s.', pg_catalog.array_to_string(parameters, ', ')),
+					  HINT = 'inbox_source_schemes() lists the parameters of each scheme.';
+		END IF;
+		IF raw OPERATOR(pg_catalog.=) ANY (seen) THEN
+			RAISE EXCEPTION 'URL parameter "%" is given twice', inbox.quote(raw)
+				USING ERRCODE = '22023';
+		END IF;
+		seen := seen OPERATOR(pg_catalog.||) raw;
+		IF coalesce(inbox.outbox_url_decode(pg_catalog.substr(pair, pg_catalog.length(raw) OPERATOR(pg_catalog.+) 2)), '')
+		   OPERATOR(pg_catalog.=) '' THEN
+			RAISE EXCEPTION 'URL parameter "%" must not be empty', inbox.quote(raw)
+				USING ERRCODE = '22023';
+		END IF;
+	END LOOP;
+	FOREACH k IN ARRAY required LOOP
+		IF NOT k OPERATOR(pg_catalog.=) ANY (seen) THEN
+			RAISE EXCEPTION 'source_url must name its %', k
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('%s:// sources require URL parameter "%s".', p_scheme, k),
+					  HINT = 'For example amqp://host/vhost?queue=orders.';
+		END IF;
+	END LOOP;
+	IF pg_catalog.jsonb_typeof(opts) OPERATOR(pg_catalog.<>) 'object' THEN
+		RAISE EXCEPTION 'options must be a JSON object'
+			USING ERRCODE = '22023';
+	END IF;
+	FOR k IN SELECT pg_catalog.jsonb_object_keys(opts) LOOP
+		IF inbox.outbox_secret_name(k) THEN
+			RAISE EXCEPTION 'options must not hold a secret'
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('Option "%s" names one.', inbox.quote(k)),
+					  HINT = 'Put secrets in the relay''s secrets file.';
+		END IF;
+		IF NOT k OPERATOR(pg_catalog.=) ANY (allowed) THEN
+			RAISE EXCEPTION 'option "%" is not one that subscriptions to %:// take', inbox.quote(k), p_scheme
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('They take %s.', pg_catalog.array_to_string(allowed, ', ')),
+					  HINT = 'inbox_source_schemes() lists the options of each scheme.';
+		END IF;
+	END LOOP;
+	-- Each option of one JSON type, so that the relay reads it one way
+	IF (opts OPERATOR(pg_catalog.?) 'max_attempts'
+		AND (pg_catalog.jsonb_typeof(opts OPERATOR(pg_catalog.->) 'max_attempts') OPERATOR(pg_catalog.<>) 'number'
+			 OR (opts OPERATOR(pg_catalog.->>) 'max_attempts') !~ '^[0-9]{1,9}$'
+			 OR (opts OPERATOR(pg_catalog.->>) 'max_attempts')::integer OPERATOR(pg_catalog.<) 1))
+	   OR (opts OPERATOR(pg_catalog.?) 'batch'
+		   AND (pg_catalog.jsonb_typeof(opts OPERATOR(pg_catalog.->) 'batch') OPERATOR(pg_catalog.<>) 'number'
+				OR (opts OPERATOR(pg_catalog.->>) 'batch') !~ '^[0-9]{1,4}$'
+				OR (opts OPERATOR(pg_catalog.->>) 'batch')::integer NOT BETWEEN 1 AND 1000))
+	   OR (opts OPERATOR(pg_catalog.?) 'message_id_header'
+		   AND (pg_catalog.jsonb_typeof(opts OPERATOR(pg_catalog.->) 'message_id_header') OPERATOR(pg_catalog.<>) 'string'
+				OR (opts OPERATOR(pg_catalog.->>) 'message_id_header') !~ '^[!#$%&''*+.^_`|~0-9A-Za-z-]{1,255}$'))
+	THEN
+		RAISE EXCEPTION 'invalid subscription options'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('They are %s.', opts),
+				  HINT = 'max_attempts is an integer of at least 1, batch an integer from 1 to 1000, '
+						 'message_id_header a header name.';
+	END IF;
+	IF opts OPERATOR(pg_catalog.?) 'group_key' THEN
+		gk := CASE WHEN pg_catalog.jsonb_typeof(opts OPERATOR(pg_catalog.->) 'group_key') OPERATOR(pg_catalog.=) 'string'
+				   THEN opts OPERATOR(pg_catalog.->>) 'group_key' END;
+		IF gk IS NULL OR NOT (gk OPERATOR(pg_catalog.=) 'routing_key'
+							  OR gk ~ '^header:[!#$%&''*+.^_`|~0-9A-Za-z-]{1,255}$') THEN
+			RAISE EXCEPTION 'invalid subscription options'
+				USING ERRCODE = '22023',
+					  DETAIL = pg_catalog.format('They are %s.', opts),
+					  HINT = 'group_key is "routing_key" or "header:NAME".';
+		END IF;
+	END IF;
+	INSERT INTO inbox.subscriptions AS s (scope, source, options)
+	VALUES (p_scope, p_source, opts)
+	ON CONFLICT ON CONSTRAINT subscriptions_pkey DO UPDATE SET options = EXCLUDED.options;
+	-- The relays re-read their subscriptions when this commits
+	PERFORM pg_catalog.pg_notify('inbox_subscriptions', p_scope OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) p_source);
+END
+$$;
+
+CREATE FUNCTION inbox.inbox_unsubscribe(scope text, source_url text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_scope text := inbox_unsubscribe.scope;
+	p_source text := inbox_unsubscribe.source_url;
+BEGIN
+	PERFORM inbox.check_key(p_scope, NULL, false);
+	IF p_source IS NULL THEN
+		RAISE EXCEPTION 'source_url must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	DELETE FROM inbox.subscriptions AS s
+	 WHERE s.scope OPERATOR(pg_catalog.=) p_scope COLLATE "C"
+	   AND s.source OPERATOR(pg_catalog.=) p_source COLLATE "C";
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'no subscription of scope "%" to source "%"',
+			inbox.quote(p_scope), inbox.quote(p_source)
+			USING ERRCODE = '42704',
+				  HINT = 'The view inbox_subscriptions lists the subscriptions.';
+	END IF;
+	PERFORM pg_catalog.pg_notify('inbox_subscriptions', p_scope OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) p_source);
+END
+$$;
+
+/*
+ * A message the relay could not write into the scope, recorded before the
+ * relay acknowledges it to the broker: the source, the broker's id of the
+ * message (an AMQP delivery tag, an offset, a sequence), the reason, and
+ * the payload and headers as the broker delivered them.  A relay that
+ * dies between this commit and the acknowledgement receives the message
+ * again, and may record it twice: never none.
+ */
+CREATE FUNCTION inbox.inbox_ingest_reject(scope text, source text, broker_id text, reason text,
+										  payload bytea, headers jsonb)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM inbox.check_key(inbox_ingest_reject.scope, NULL, false);
+	IF inbox_ingest_reject.source IS NULL OR inbox_ingest_reject.reason IS NULL THEN
+		RAISE EXCEPTION 'source and reason must not be null'
+			USING ERRCODE = '22004';
+	END IF;
+	IF inbox_ingest_reject.headers IS NOT NULL
+	   AND pg_catalog.jsonb_typeof(inbox_ingest_reject.headers) OPERATOR(pg_catalog.<>) 'object' THEN
+		RAISE EXCEPTION 'headers must be a JSON object'
+			USING ERRCODE = '22023';
+	END IF;
+	INSERT INTO inbox.ingest_rejects (scope, source, broker_id, reason, payload, headers)
+	VALUES (inbox_ingest_reject.scope, inbox_ingest_reject.source, inbox_ingest_reject.broker_id,
+			inbox_ingest_reject.reason, inbox_ingest_reject.payload, inbox_ingest_reject.headers);
+END
+$$;
+
+/*
+ * Remove a reject once it has been dealt with.  A reject of a scope the
+ * caller may not act on is answered as an unknown id, which names no
+ * scope.
+ */
+CREATE FUNCTION inbox.inbox_ingest_forget(id uuid)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_scope text;
+BEGIN
+	SELECT r.scope INTO p_scope FROM inbox.ingest_rejects AS r
+	 WHERE r.id OPERATOR(pg_catalog.=) inbox_ingest_forget.id;
+	IF NOT FOUND OR NOT inbox.caller_sees(p_scope) THEN
+		RAISE EXCEPTION 'no ingest reject %', coalesce(inbox_ingest_forget.id::text, 'NULL')
+			USING ERRCODE = '42704',
+				  HINT = 'The view inbox_ingest_rejects lists the rejects.';
+	END IF;
+	DELETE FROM inbox.ingest_rejects AS r WHERE r.id OPERATOR(pg_catalog.=) inbox_ingest_forget.id;
+END
+$$;
+
+COMMENT ON FUNCTION inbox.inbox_subscribe(text, text, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_unsubscribe(text, text) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_ingest_reject(text, text, text, text, bytea, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+COMMENT ON FUNCTION inbox.inbox_ingest_forget(uuid) IS
+'implementation behind the API function of the same name; call that one';
+
+-- The entry points
+
+CREATE FUNCTION @extschema@.inbox_subscribe(scope text, source_url text, options jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_subscribe(text, text, jsonb) IS
+'write a source''s messages (a broker queue, a URL without secrets) into a scope, or change the subscription''s options';
+
+CREATE FUNCTION @extschema@.inbox_unsubscribe(scope text, source_url text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_admin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_unsubscribe(text, text) IS
+'stop writing a source''s messages into a scope';
+
+CREATE FUNCTION @extschema@.inbox_ingest_reject(scope text, source text, broker_id text, reason text,
+												payload bytea, headers jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_ingest_reject(text, text, text, text, bytea, jsonb) IS
+'record a message of a source that cannot be written into the scope, before acknowledging it to the broker';
+
+CREATE FUNCTION @extschema@.inbox_ingest_forget(id uuid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'inbox_enter_rows'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.inbox_ingest_forget(uuid) IS
+'remove an ingest reject that has been dealt with';
+
+-- The views, read as the extension's owner through these functions.
+-- inbox_subscriptions lists every subscription: a relay serves each one,
+-- and one whose scope it may not write into fails loudly, with 42501,
+-- rather than being skipped.  inbox_ingest_rejects shows the scopes the
+-- role querying may act on (inbox.scope_visible).
+CREATE FUNCTION inbox.subscription_rows()
+RETURNS TABLE (scope text, source text, options jsonb, created_at timestamptz)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT s.scope, s.source, s.options, s.created_at FROM inbox.subscriptions AS s
+$$;
+
+CREATE FUNCTION inbox.ingest_reject_rows()
+RETURNS TABLE (scope text, source text, broker_id text, reason text, payload bytea,
+			   headers jsonb, rejected_at timestamptz, id uuid)
+LANGUAGE sql STABLE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT r.scope, r.source, r.broker_id, r.reason, r.payload, r.headers, r.rejected_at, r.id
+	  FROM inbox.ingest_rejects AS r
+$$;
+
+CREATE VIEW @extschema@.inbox_subscriptions AS
+	SELECT s.scope COLLATE "C" AS scope, s.source COLLATE "C" AS source, s.options, s.created_at
+	  FROM inbox.subscription_rows() AS s;
+
+COMMENT ON VIEW @extschema@.inbox_subscriptions IS
+'the subscriptions: which source (broker queue) the relay writes into each scope, with its options';
+
+CREATE VIEW @extschema@.inbox_ingest_rejects WITH (security_barrier) AS
+	SELECT r.scope COLLATE "C" AS scope, r.source COLLATE "C" AS source, r.broker_id COLLATE "C" AS broker_id,
+		   r.reason, r.payload, r.headers, r.rejected_at, r.id
+	  FROM inbox.ingest_reject_rows() AS r
+	 WHERE inbox.scope_visible(r.scope);
+
+COMMENT ON VIEW @extschema@.inbox_ingest_rejects IS
+'messages of a source that could not be written into their scope, recorded before they were acknowledged; inbox_ingest_forget removes one';
+
+REVOKE ALL ON FUNCTION inbox.ingest_check_source(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_subscribe(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_unsubscribe(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_ingest_reject(text, text, text, text, bytea, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_ingest_forget(uuid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_source_schemes() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_subscribe(text, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_unsubscribe(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_ingest_reject(text, text, text, text, bytea, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_ingest_forget(uuid) FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_subscriptions FROM PUBLIC;
+REVOKE ALL ON TABLE @extschema@.inbox_ingest_rejects FROM PUBLIC;
+
+-- The relay reads the subscriptions and records rejects; the operator
+-- reads both and removes rejects
+SELECT inbox.bundle_add('relay', 'function', '@extschema@.inbox_source_schemes()');
+SELECT inbox.bundle_add('relay', 'view', '@extschema@.inbox_subscriptions');
+SELECT inbox.bundle_add('relay', 'function',
+						'@extschema@.inbox_ingest_reject(text, text, text, text, bytea, jsonb)');
+SELECT inbox.bundle_add('operator', 'function', '@extschema@.inbox_source_schemes()');
+SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_subscriptions');
+SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_ingest_rejects');
+SELECT inbox.bundle_add('operator', 'function', '@extschema@.inbox_ingest_forget(uuid)');

@@ -15,8 +15,8 @@
  * tables.  A version that only adds SQL objects binds the same symbols as
  * the one before it (1.1.0 binds 1.0.0's, and inbox_check_duration_sql,
  * inbox_cluster_counters and inbox_forget_cluster_counters besides, which
- * nothing of 1.0.0 calls), and inbox_sql_served() lists
- * every version this library serves.
+ * nothing of 1.0.0 calls), and inbox_sql_served() says which versions
+ * this library serves.
  *
  * The SQL of older versions (0.1.0 to 0.3.0, never released) binds the
  * same symbols as 0.4.0.  0.4.0's entry points therefore check
@@ -125,16 +125,38 @@ inbox_require_previous_sql(void)
 }
 
 /*
+ * -1, 0 or 1 as version a (major.minor.patch) is older than, the same as
+ * or newer than version b.
+ */
+static int
+version_cmp(const char *a, const char *b)
+{
+	int			va[3] = {0, 0, 0};
+	int			vb[3] = {0, 0, 0};
+	int			i;
+
+	(void) sscanf(a, "%d.%d.%d", &va[0], &va[1], &va[2]);
+	(void) sscanf(b, "%d.%d.%d", &vb[0], &vb[1], &vb[2]);
+	for (i = 0; i < 3; i++)
+	{
+		if (va[i] != vb[i])
+			return va[i] < vb[i] ? -1 : 1;
+	}
+	return 0;
+}
+
+/*
  * Does this library serve the SQL objects of this version?  0.4.0's,
- * through the entry points it binds, and every version that binds the
+ * through the entry points it binds, and every version from
+ * INBOX_CURRENT_SQL_SINCE to INBOX_LIBRARY_VERSION, which bind the
  * current entry points.
  */
 bool
 inbox_sql_served(const char *version)
 {
 	return strcmp(version, INBOX_PREVIOUS_SQL_VERSION) == 0 ||
-		strcmp(version, INBOX_CURRENT_SQL_SINCE) == 0 ||
-		strcmp(version, INBOX_LIBRARY_VERSION) == 0;
+		(version_cmp(version, INBOX_CURRENT_SQL_SINCE) >= 0 &&
+		 version_cmp(version, INBOX_LIBRARY_VERSION) <= 0);
 }
 
 /*
@@ -147,18 +169,8 @@ bool
 inbox_sql_older_than(const char *version)
 {
 	const char *installed = inbox_sql_version();
-	int			a[3] = {0, 0, 0};
-	int			b[3] = {0, 0, 0};
-	int			i;
 
 	if (installed == NULL)
 		return false;
-	(void) sscanf(installed, "%d.%d.%d", &a[0], &a[1], &a[2]);
-	(void) sscanf(version, "%d.%d.%d", &b[0], &b[1], &b[2]);
-	for (i = 0; i < 3; i++)
-	{
-		if (a[i] != b[i])
-			return a[i] < b[i];
-	}
-	return false;
+	return version_cmp(installed, version) < 0;
 }

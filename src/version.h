@@ -11,7 +11,7 @@
 #define INBOX_VERSION_H
 
 /* The release this library belongs to, and the SQL it installs */
-#define INBOX_LIBRARY_VERSION	"1.1.0"
+#define INBOX_LIBRARY_VERSION	"1.2.0"
 
 /*
  * The oldest SQL version that binds this library's current entry points

@@ -573,6 +573,10 @@ sub amqp_queue
 }
 
 
+# Each RabbitMQ started, by its directory: its environment, its command
+# and its listeners, for run_rabbitmq
+my %rabbitmq_started;
+
 # Start a private RabbitMQ (Debian's rabbitmq-server) in directory $rdir,
 # listening on loopback only, with its own epmd, in a process group of its
 # own; wait until it accepts connections.  Returns (AMQP port, process
@@ -624,13 +628,26 @@ sub start_rabbitmq
 		RABBITMQ_CONF_ENV_FILE => "$rdir/no-rabbitmq-env.conf",
 		# Erlang distribution on loopback too
 		RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS => '-kernel inet_dist_use_interface {127,0,0,1}');
-	my $pgid = start_group("$rdir/server.log", \%env, 'sh', '-c',
-		"epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$server'");
+	my @cmd = ('sh', '-c', "epmd -port $epmd_port -address 127.0.0.1 & cd '$rdir' && exec '$server'");
+	$rabbitmq_started{$rdir} = [ \%env, \@cmd, [ $amqp_port, 180 ], $opts{tls} ? ([ $tls_port, 60 ]) : (),
+		$opts{management} ? ([ $opts{management}, 60 ]) : () ];
+	my ($pgid, $up) = run_rabbitmq($rdir);
+	return ($amqp_port, $pgid, $up, $opts{tls} ? ($tls_port, "$rdir/ca.pem") : ());
+}
+
+# The RabbitMQ of $rdir started (again, after start_rabbitmq, once the
+# caller killed its group: its durable queues and persistent messages
+# kept, on the same ports); waited for until each listener accepts
+# connections.  Returns (process group, whether it is up).
+sub run_rabbitmq
+{
+	my ($rdir) = @_;
+	my ($env, $cmd, @listeners) = @{ $rabbitmq_started{$rdir} };
+	my $pgid = start_group("$rdir/server.log", $env, @$cmd);
 	# Each listener, as long as the broker runs: AMQP, then amqps and the
 	# management API
 	my $up = 1;
-	for my $listener ([ $amqp_port, 180 ], $opts{tls} ? ([ $tls_port, 60 ]) : (),
-		$opts{management} ? ([ $opts{management}, 60 ]) : ())
+	for my $listener (@listeners)
 	{
 		my ($port, $seconds) = @$listener;
 		$up = 0;
@@ -648,7 +665,7 @@ sub start_rabbitmq
 		}
 		last unless $up;
 	}
-	return ($amqp_port, $pgid, $up, $opts{tls} ? ($tls_port, "$rdir/ca.pem") : ());
+	return ($pgid, $up);
 }
 
 # A CA and a server certificate for 127.0.0.1 that it signed, in $dir (the

@@ -78,11 +78,12 @@ is( $node->safe_psql('v040', q{
 		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
 		SELECT inbox_claim('b', 'm-1'), inbox_claim('b', 'm-2');
 	}),
-	"1.1.0\nf|t",
+	"1.2.0\nf|t",
 	'and keeps its history through the update');
 
-# 1.1.0 only adds SQL objects: a database still at 1.0.0 is served by the
-# same entry points, and purged by the worker, until it is updated.
+# 1.1.0 and 1.2.0 only add SQL objects: a database still at 1.0.0 or
+# 1.1.0 is served by the same entry points, and purged by the worker,
+# until it is updated.
 $node->sql('CREATE DATABASE v100');
 $node->safe_psql('v100', q{CREATE EXTENSION inbox VERSION '1.0.0'});
 is( $node->safe_psql('v100', q{
@@ -92,24 +93,36 @@ is( $node->safe_psql('v100', q{
 	}),
 	"t|f\nt\n0",
 	'a database still at 1.0.0 is served by this library: claims, receives, purge');
+$node->sql('CREATE DATABASE v110');
+$node->safe_psql('v110', q{CREATE EXTENSION inbox VERSION '1.1.0'});
+is( $node->safe_psql('v110', q{
+		SELECT inbox_claim('b', 'm-1'), inbox_claim('b', 'm-1');
+		SELECT inbox_receive('d', 'r-1', '{}'::jsonb, group_key => 'g');
+		SELECT outbox_send('t', 'k', '{}'::jsonb) IS NOT NULL;
+		SELECT inbox_purge();
+	}),
+	"t|f\nt\nt\n0",
+	'a database still at 1.1.0 is served by this library: claims, receives, sends, purge');
 
 $log = $node->log_position;
 $node->sql('CREATE DATABASE v030');
 $node->safe_psql('v030', q{CREATE EXTENSION inbox VERSION '0.3.0'});
 ($rc, $out, $err) = $node->psql('v030', q{SELECT inbox_claim('b', 'm-1')});
-like($err, qr/inbox library 1\.1\.0 cannot serve version 0\.3\.0 of extension inbox/,
+like($err, qr/inbox library 1\.2\.0 cannot serve version 0\.3\.0 of extension inbox/,
 	'a database at 0.3.0 gets an error that names both versions');
 like($err, qr/HINT:  Run ALTER EXTENSION inbox UPDATE in this database\./, 'and what to run');
 ok( $node->wait_for_log(
-		qr/inbox purge skips database "v030": library 1\.1\.0 cannot serve version 0\.3\.0/, $log),
+		qr/inbox purge skips database "v030": library 1\.2\.0 cannot serve version 0\.3\.0/, $log),
 	'the worker skips that database, and says why in the log');
 
 # A whole pass of the worker, from one visit of v030 to the next, went
-# through v100 too
+# through v100 and v110 too
 my $pass = $node->log_position;
 ok($node->wait_for_log(qr/inbox purge skips database "v030"/, $pass), 'the worker came back to v030');
 ok(!$node->log_contains(qr/inbox purge skips database "v100"/, $log),
 	'the worker does not skip the database at 1.0.0');
+ok(!$node->log_contains(qr/inbox purge skips database "v110"/, $log),
+	'nor the database at 1.1.0');
 
 # The upgrade notes: CHANGELOG.md's "Upgrading" of 1.1.0 lists, with the
 # identity that replaces it and its bundle, every function of the
@@ -135,7 +148,7 @@ my $resolve = sub {
 };
 my %in_100 = map { $_ => 1 } split /\n/, $node->safe_psql('v100', $identities);
 my @documented_old = $resolve->('v100', map { $_->[0] } @notes);
-$node->safe_psql('v100', 'ALTER EXTENSION inbox UPDATE');
+$node->safe_psql('v100', q{ALTER EXTENSION inbox UPDATE TO '1.1.0'});
 is( $node->safe_psql('v100', q{
 		SELECT extversion FROM pg_extension WHERE extname = 'inbox';
 		SELECT inbox_claim('b', 'm-1'), count(*) FROM inbox_bundles;
@@ -155,6 +168,46 @@ my %bundle_of = map { split /\|/ } split /\n/, $node->safe_psql('v100',
 is( join("\n", map { "$documented_new[$_] " . ($bundle_of{ $documented_new[$_] } // 'owner only') } 0 .. $#notes),
 	join("\n", map { "$documented_new[$_] $notes[$_][2]" } 0 .. $#notes),
 	'and the bundle the notes name for it holds it');
+# 1.2.0 keeps every function identity of 1.1.0, so that grants by identity
+# survive the update, and every call shape of 1.0.0 and 1.1.0, positional
+# and named, resolves and runs as before in both updated databases.
+my %in_110_v110 = map { $_ => 1 } split /\n/, $node->safe_psql('v110', $identities);
+for my $db ('v100', 'v110')
+{
+	$node->safe_psql($db, 'ALTER EXTENSION inbox UPDATE');
+	is($node->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'inbox'}),
+		'1.2.0', "$db is updated to 1.2.0");
+}
+my %in_120 = map { $_ => 1 } split /\n/, $node->safe_psql('v110', $identities);
+is($node->safe_psql('v100', 'SELECT count(*) FROM inbox_bundles'), '52',
+	'the update to 1.2.0 adds ingest to the bundles: the subscriptions, the source schemes and the rejects');
+is(join("\n", sort grep { !$in_120{$_} } keys %in_110_v110), '',
+	'1.2.0 has every function identity of 1.1.0');
+my $shapes = q{
+	SELECT inbox_claim('c', 'm-1'), inbox_claim(scope => 'c', message_id => 'm-2', payload_hash => '\x01');
+	SELECT inbox_claim_many('c', ARRAY['m-3', 'm-4']) IS NOT NULL;
+	SELECT count(*) FROM inbox_status(scope => 'c', message_id => 'm-1');
+	SELECT inbox_receive('r', 'r-1', '{"a": 1}'::jsonb), inbox_receive('r', 'r-2', '\x0102'::bytea),
+		   inbox_receive(scope => 'r', message_id => 'r-3', payload => '{}'::jsonb, not_before => NULL),
+		   inbox_receive('r', 'r-4', '{}'::jsonb, NULL, NULL, 'g', 0);
+	SELECT count(*) FROM inbox_receive_many('r', ARRAY['r-5', 'r-6'], ARRAY['{}', '{}']::jsonb[]);
+	SELECT count(*) FROM inbox_receive_many(scope => 'r', message_ids => ARRAY['r-7'],
+											payloads => ARRAY['\x07']::bytea[], group_keys => ARRAY['g']);
+	SELECT count(*) FROM inbox_take('r', 2);
+	SELECT count(*) FROM inbox_take(scope => 'r', max_messages => 10, lease => '1 minute');
+	SELECT inbox_complete('r', 'r-1', NULL), inbox_fail(scope => 'r', message_id => 'r-2', error => 'e');
+	SELECT outbox_send('t', 'k', '{}'::jsonb) IS NOT NULL,
+		   outbox_send(topic => 't', key => 'k', payload => '\x01'::bytea, headers => '{"h": "v"}') IS NOT NULL;
+	SELECT cardinality(outbox_send_many('t', ARRAY['k1', 'k2'], ARRAY['{}', '{}']::jsonb[]));
+	SELECT inbox_claim_offset('s', 'stream', 1), (SELECT pending FROM inbox_depth('r')) >= 0;
+};
+for my $db ('v100', 'v110')
+{
+	my ($src, $sout, $serr) = $node->psql($db, $shapes);
+	is($serr, '', "$db at 1.2.0: the call shapes of 1.0.0 and 1.1.0 resolve without error");
+	like($sout, qr/\At\|t\nt\nt\n1\nt\|t\|t\|t\n2\n1\n2\n4\n\|pending\nt\|t\n2\nt\|t\z/,
+		"$db at 1.2.0: and answer as before") or diag($sout);
+}
 $node->safe_psql('v030', 'ALTER EXTENSION inbox UPDATE');
 is($node->safe_psql('v030', q{SELECT inbox_claim('b', 'm-1')}),
 	't', 'after the update, it is served');

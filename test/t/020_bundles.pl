@@ -12,9 +12,10 @@
 #             id;
 #   streams   the offset claims;
 #   publisher every form of outbox send;
-#   relay     the targets, fetch (waiting too), ack and fail;
+#   relay     the targets, fetch (waiting too), ack and fail; the
+#             subscriptions, and a reject of ingest;
 #   operator  every view, and requeue of a dead letter, the inbox's and
-#             the outbox's.
+#             the outbox's; the ingest rejects, and forgetting one.
 #
 # Then, for every object of every bundle, each role that does not hold
 # that bundle gets 42501; every public function of the extension is in a
@@ -39,7 +40,7 @@ my @owner_only = qw(
   inbox_grant inbox_revoke inbox_grant_bundle inbox_revoke_bundle
   inbox_purge inbox_stats_reset
   inbox_forget inbox_forget_range inbox_allow_forget inbox_disallow_forget
-  inbox_distribute outbox_route outbox_unroute);
+  inbox_distribute outbox_route outbox_unroute inbox_subscribe inbox_unsubscribe);
 
 my @bundles = qw(consumer receiver worker streams publisher relay operator);
 
@@ -146,6 +147,7 @@ is($out, "t\nf\n2", 'streams: the mark advances');
 
 # The outbox: a publisher sends, a relay delivers
 $node->sql(q{SELECT outbox_route('orders', 'https://hooks.example/orders', '{"max_attempts": 1}')});
+$node->sql(q{SELECT inbox_subscribe('orders-in', 'amqp://rabbit.example/v?queue=q')});
 ($ok, $out, $err) = as_role(
 	'publisher_role', q{
 	BEGIN;
@@ -166,9 +168,14 @@ is($out, "t\nt\n2", 'publisher: four messages sent');
 	SELECT outbox_fail(receipt, 'HTTP 410') FROM held WHERE key = 'o-4';
 	SELECT outbox_report('https://hooks.example/orders', 'cannot connect');
 	SELECT count(*) FROM outbox_schemes();
+	SELECT source FROM inbox_subscriptions;
+	SELECT count(*) FROM inbox_source_schemes();
+	SELECT inbox_ingest_reject('orders-in', 'amqp://rabbit.example/v?queue=q', '7', 'no message id', '\x07', NULL);
 });
-ok($ok, 'relay: targets, fetch, ack, fail, report and the schemes run as the relay role') or diag($err);
-is($out, "1\n4\nt\ndead\n1\n6", 'relay: four fetched, three delivered, one dead, one route reported');
+ok($ok, 'relay: targets, fetch, ack, fail, report, the schemes, the subscriptions and a reject run as the relay role')
+  or diag($err);
+is($out, "1\n4\nt\ndead\n1\n6\namqp://rabbit.example/v?queue=q\n2\n",
+	'relay: four fetched, three delivered, one dead, one route reported, one reject recorded');
 
 # A dead letter for the operator to requeue
 $node->sql(q{
@@ -192,9 +199,14 @@ $node->sql(q{
 	SELECT count(*) FROM outbox_dead_letters;
 	SELECT last_error FROM outbox_stats;
 	SELECT count(*) FROM outbox_schemes();
+	SELECT count(*) FROM inbox_subscriptions;
+	SELECT count(*) FROM inbox_source_schemes();
+	SELECT inbox_ingest_forget(id) FROM inbox_ingest_rejects WHERE broker_id = '7';
+	SELECT count(*) FROM inbox_ingest_rejects;
 });
 ok($ok, 'operator: every view, requeue and the schemes, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n0\n13\n\n0\n3\n1\n1\n0\ncannot connect\n6", 'operator: the dead letters were seen and requeued');
+is($out, "t\npoison\n0\n0\n0\n17\n\n0\n3\n1\n1\n0\ncannot connect\n6\n1\n2\n\n0",
+	'operator: the dead letters were seen and requeued, the ingest reject forgotten');
 
 # --- what each role may not do --------------------------------------------------------
 

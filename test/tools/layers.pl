@@ -37,6 +37,7 @@ my @relay_layers = (
 	[
 		'a child\'s loop' =>
 		  [ loop => qw(loop.c) ],
+		[ ingest => qw(ingest.c) ],
 		[ metrics => qw(metrics.c metrics.h) ],
 		[ heartbeat => qw(heartbeat.c) ],
 		[ batch => qw(batch.c batch.h) ],
@@ -46,7 +47,7 @@ my @relay_layers = (
 	],
 	[
 		transports =>
-		  [ amqp => qw(amqp.c amqp_connect.c amqp_internal.h) ],
+		  [ amqp => qw(amqp.c amqp_connect.c amqp_source.c amqp_internal.h) ],
 		[ webhook => qw(webhook.c) ],
 		[ postgres => qw(postgres.c) ],
 	],
