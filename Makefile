@@ -66,6 +66,12 @@ DATA = $(filter-out $(DATA_built),$(wildcard sql/inbox--*--*.sql)) sql/inbox--0.
 sql/$(EXTENSION)--$(EXTVERSION).sql: sql/$(EXTENSION).sql
 	cp $< $@
 
+# PGXS tracks no header dependencies where the server was built without
+# --enable-depend (Debian's): every object is rebuilt when one of our
+# headers changes, so that no stale object keeps an old constant (a
+# version, a layout) after a pull.
+$(OBJS): $(wildcard src/*.h)
+
 # -Wno-unused-parameter: PostgreSQL's own headers (bufpage.h) trip it.
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
