@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "receive.h"
 
 /* How many message ids' failed attempts a child keeps in mind */
 #define ATTEMPTS_KEPT 256
@@ -196,39 +197,17 @@ static Written
 receive(Ingest *g, const RelayIngest *m, Item *it, const int *which, int count, bool json,
 		char *error)
 {
-	RelayText	ids = {0},
-				payloads = {0},
-				keys = {0};
-	const char *params[4];
+	RelayReceived *r = malloc(count * sizeof(RelayReceived));
 	PGresult   *res;
 	Written		w;
 
-	relay_text_append(&ids, "{", 1);
-	relay_text_append(&payloads, "{", 1);
-	relay_text_append(&keys, "{", 1);
 	for (int i = 0; i < count; i++)
+		r[i] = (RelayReceived)
 	{
-		relay_text_element(&ids, it[which[i]].id, strlen(it[which[i]].id), false);
-		relay_text_element(&payloads, m[which[i]].body, m[which[i]].body_len, !json);
-		relay_text_element(&keys, it[which[i]].group_key,
-						   it[which[i]].group_key ? strlen(it[which[i]].group_key) : 0, false);
-	}
-	relay_text_append(&ids, "}", 1);
-	relay_text_append(&payloads, "}", 1);
-	relay_text_append(&keys, "}", 1);
-	params[0] = g->scope;
-	params[1] = ids.data;
-	params[2] = payloads.data;
-	params[3] = keys.data;
-	res = PQexecParams(g->conn, json ?
-					   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], $3::jsonb[], "
-					   "on_mismatch => 'return', group_keys => $4::text[]) AS r" :
-					   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], $3::bytea[], "
-					   "on_mismatch => 'return', group_keys => $4::text[]) AS r",
-					   4, NULL, params, NULL, NULL, 0);
-	free(ids.data);
-	free(payloads.data);
-	free(keys.data);
+		it[which[i]].id, m[which[i]].body, m[which[i]].body_len, it[which[i]].group_key
+	};
+	res = relay_receive_many(g->conn, g->scope, r, count, !json, true);
+	free(r);
 	if ((w = outcome(res, PGRES_TUPLES_OK, error)) == WRITTEN)
 		for (int r = 0; r < PQntuples(res); r++)
 		{

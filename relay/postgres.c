@@ -49,6 +49,7 @@
 
 #include <libpq-fe.h>
 
+#include "receive.h"
 #include "relay.h"
 
 struct RelayTarget
@@ -323,52 +324,24 @@ static void
 receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count, bool binary,
 			 RelayResult *results, char (*errors)[RELAY_ERROR_SIZE], int *retry_after)
 {
-	RelayText	ids = {0},
-				payloads = {0},
-				keys = {0};
-	const char *params[4];
+	RelayReceived *r;
 	PGresult   *res = NULL;
 	RelayResult outcome;
 	bool		ran;
 	int			i;
 
-	relay_text_append(&ids, "{", 1);
-	relay_text_append(&payloads, "{", 1);
-	relay_text_append(&keys, "{", 1);
-	for (i = 0; i < count; i++)
-	{
-		relay_text_element(&ids, m[which[i]].id, strlen(m[which[i]].id), false);
-		relay_text_element(&payloads, m[which[i]].body, m[which[i]].body_len, binary);
-		relay_text_element(&keys, m[which[i]].key, strlen(m[which[i]].key), false);
-	}
-	relay_text_append(&ids, "}", 1);
-	relay_text_append(&payloads, "}", 1);
-	relay_text_append(&keys, "}", 1);
 	ran = budget(t, errors[which[0]], &outcome);
 	if (ran)
 	{
-		params[0] = t->scope;
-		params[1] = ids.data;
-		params[2] = payloads.data;
-		params[3] = keys.data;
-		if (t->grouped)
-			res = PQexecParams(t->conn, binary ?
-							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-							   "$3::bytea[], on_mismatch => 'return', group_keys => $4::text[]) AS r" :
-							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-							   "$3::jsonb[], on_mismatch => 'return', group_keys => $4::text[]) AS r",
-							   4, NULL, params, NULL, NULL, 0);
-		else
-			res = PQexecParams(t->conn, binary ?
-							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-							   "$3::bytea[], on_mismatch => 'return') AS r" :
-							   "SELECT r.ordinality, r.status FROM inbox_receive_many($1, $2::text[], "
-							   "$3::jsonb[], on_mismatch => 'return') AS r",
-							   3, NULL, params, NULL, NULL, 0);
+		r = malloc(count * sizeof(RelayReceived));
+		for (i = 0; i < count; i++)
+			r[i] = (RelayReceived)
+		{
+			m[which[i]].id, m[which[i]].body, m[which[i]].body_len, m[which[i]].key
+		};
+		res = relay_receive_many(t->conn, t->scope, r, count, binary, t->grouped);
+		free(r);
 	}
-	free(ids.data);
-	free(payloads.data);
-	free(keys.data);
 	if (ran && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == count)
 	{
 		for (i = 0; i < count; i++)

@@ -51,7 +51,7 @@ my @relay_layers = (
 		[ webhook => qw(webhook.c) ],
 		[ postgres => qw(postgres.c) ],
 	],
-	[ base => [ relay => qw(relay.h log.c text.c url.c) ] ],
+	[ base => [ receive => qw(receive.c receive.h) ], [ relay => qw(relay.h log.c text.c url.c) ] ],
 );
 
 # The extension's, top to bottom; each module with the files it owns.
