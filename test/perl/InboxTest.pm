@@ -25,6 +25,7 @@ use Exporter qw(import);
 use File::Basename ();
 use IO::Socket::INET ();
 use IPC::Run ();
+use JSON::PP ();
 use POSIX ();
 use Time::HiRes ();
 use PostgreSQL::Test::Cluster;
@@ -570,6 +571,19 @@ sub amqp_queue
 	IPC::Run::run([ 'python3', '-c', $pika_queue, $what, $queue ], '>', \$out, '2>', \$err)
 	  or die "pika $what $queue: $err";
 	return split /\n/, $out;
+}
+
+# Run a test's own pika script against the RabbitMQ at $port, as guest on
+# the default vhost: @ops go to its stdin as JSON, and what it prints on
+# stdout, a JSON array, comes back as a list.  Dies with its stderr.
+sub run_pika
+{
+	my ($port, $script, @ops) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$port/%2F";
+	IPC::Run::run([ 'python3', '-c', $script ], '<', \JSON::PP::encode_json(\@ops), '>', \$out, '2>', \$err)
+	  or die "pika: $err";
+	return @{ JSON::PP::decode_json($out) };
 }
 
 

@@ -78,15 +78,7 @@ conn.close()
 print(json.dumps(out))
 PY
 
-sub broker
-{
-	my (@ops) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
-	IPC::Run::run([ 'python3', '-c', $pika ], '<', \encode_json(\@ops), '>', \$out, '2>', \$err)
-	  or die "pika: $err";
-	return @{ decode_json($out) };
-}
+sub broker { InboxTest::run_pika($amqp_port, $pika, @_) }
 
 # The ids of queue's messages, each as often as it is there, sorted
 sub drained_ids

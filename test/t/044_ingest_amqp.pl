@@ -75,18 +75,39 @@ conn.close()
 print(json.dumps(out))
 PY
 
-sub broker
-{
-	my (@ops) = @_;
-	my ($out, $err) = ('', '');
-	local $ENV{AMQP_URL} = "amqp://guest:guest\@127.0.0.1:$amqp_port/%2F";
-	IPC::Run::run([ 'python3', '-c', $pika ], '<', \encode_json(\@ops), '>', \$out, '2>', \$err)
-	  or die "pika: $err";
-	return @{ decode_json($out) };
-}
+sub broker { InboxTest::run_pika($amqp_port, $pika, @_) }
 
 sub publish { broker([ 'publish', $_[0], $_[1] ]) }
 sub ready { (broker([ 'count', $_[0] ]))[0] }
+
+# Take and complete everything scope holds, as workers do, until nothing is
+# left; each key's message ids in the order they were taken (a take sees
+# only a group's head, and completing it frees the next once committed)
+sub take_all
+{
+	my ($scope) = @_;
+	my %by_key;
+	for my $row (split /\n/, sql(qq{TRUNCATE taken;
+		DO \$\$
+		DECLARE r record; got boolean := true;
+		BEGIN
+			WHILE got LOOP
+				got := false;
+				FOR r IN SELECT * FROM inbox_take('$scope', 100) LOOP
+					got := true;
+					INSERT INTO taken (id, key) VALUES (r.message_id, r.group_key);
+					PERFORM inbox_complete('$scope', r.message_id);
+				END LOOP;
+				COMMIT;
+			END LOOP;
+		END \$\$;
+		SELECT key || ' ' || id FROM taken ORDER BY n}))
+	{
+		my ($key, $id) = split / /, $row;
+		push @{ $by_key{$key} }, $id;
+	}
+	return %by_key;
+}
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
@@ -177,26 +198,8 @@ is(ready('orders'), 0, 'and the queue is empty: the batch delivered again was ac
 # --- per-key order through inbox_take ---------------------------------------------------
 # Each take sees only a group's head; completing it frees the next,
 # once committed.
-my %taken;
-for my $row (split /\n/, sql(q{CREATE TABLE taken (n serial, id text, key text);
-	DO $$
-	DECLARE r record; got boolean := true;
-	BEGIN
-		WHILE got LOOP
-			got := false;
-			FOR r IN SELECT * FROM inbox_take('orders', 100) LOOP
-				got := true;
-				INSERT INTO taken (id, key) VALUES (r.message_id, r.group_key);
-				PERFORM inbox_complete('orders', r.message_id);
-			END LOOP;
-			COMMIT;
-		END LOOP;
-	END $$;
-	SELECT key || ' ' || id FROM taken ORDER BY n}))
-{
-	my ($key, $id) = split / /, $row;
-	push @{ $taken{$key} }, $id;
-}
+sql(q{CREATE TABLE taken (n serial, id text, key text)});
+my %taken = take_all('orders');
 is_deeply(
 	\%taken,
 	{ map { my $k = $_; ("k$k" => [ map { sprintf('m%02d', $_) } grep { $_ % 3 == $k } 1 .. 30 ]) } 0 .. 2 },
@@ -322,26 +325,7 @@ ok(wait_until(90, sub { count_stored('shipments') == 60 && ready('shipments') ==
   or diag(log_of($sac_log{$standby}));
 stop_relay($sac_pid{$standby});
 is(ready('shipments'), 0, 'the queue is empty');
-my %sac_taken;
-for my $row (split /\n/, sql(q{TRUNCATE taken;
-	DO $$
-	DECLARE r record; got boolean := true;
-	BEGIN
-		WHILE got LOOP
-			got := false;
-			FOR r IN SELECT * FROM inbox_take('shipments', 100) LOOP
-				got := true;
-				INSERT INTO taken (id, key) VALUES (r.message_id, r.group_key);
-				PERFORM inbox_complete('shipments', r.message_id);
-			END LOOP;
-			COMMIT;
-		END LOOP;
-	END $$;
-	SELECT key || ' ' || id FROM taken ORDER BY n}))
-{
-	my ($key, $id) = split / /, $row;
-	push @{ $sac_taken{$key} }, $id;
-}
+my %sac_taken = take_all('shipments');
 is_deeply(
 	\%sac_taken,
 	{ map { my $k = $_; ("k$k" => [ map { sprintf('s%02d', $_) } grep { $_ % 3 == $k } 1 .. 60 ]) } 0 .. 2 },
