@@ -4,7 +4,8 @@
  * 1.2.0 adds ingest (section 12 of sql/inbox.sql): inbox_subscribe and
  * inbox_unsubscribe, the view inbox_subscriptions, inbox_source_schemes,
  * and the rejects: inbox_ingest_reject, the view inbox_ingest_rejects and
- * inbox_ingest_forget.  The library serves the SQL of 1.0.0, 1.1.0 and
+ * inbox_ingest_forget.  outbox_schemes() lists the Kafka and NATS
+ * JetStream targets.  The library serves the SQL of 1.0.0, 1.1.0 and
  * 1.2.0 through the same entry points.
  */
 
@@ -80,7 +81,12 @@ AS $$
 		   ARRAY['max_attempts', 'message_id_header', 'group_key', 'batch']
 	  FROM (VALUES
 		('amqp', ARRAY['queue'], ARRAY['queue']),
-		('amqps', ARRAY['queue', 'cacert'], ARRAY['queue'])) AS s(scheme, parameters, required)
+		('amqps', ARRAY['queue', 'cacert'], ARRAY['queue']),
+		-- A consumer group's offsets, committed after the database's
+		('kafka', ARRAY['group', 'security_protocol', 'sasl_mechanism', 'sasl_username', 'cacert'],
+		 ARRAY['group']),
+		-- A JetStream stream's durable pull consumer
+		('nats', ARRAY['consumer', 'cacert'], ARRAY['consumer'])) AS s(scheme, parameters, required)
 $$;
 
 COMMENT ON FUNCTION @extschema@.inbox_source_schemes() IS
@@ -436,3 +442,45 @@ SELECT inbox.bundle_add('operator', 'function', '@extschema@.inbox_source_scheme
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_subscriptions');
 SELECT inbox.bundle_add('operator', 'view', '@extschema@.inbox_ingest_rejects');
 SELECT inbox.bundle_add('operator', 'function', '@extschema@.inbox_ingest_forget(uuid)');
+
+/* ------------------------------------------------------------------------
+ * Outbox: the targets' schemes
+ */
+CREATE OR REPLACE FUNCTION @extschema@.outbox_schemes()
+RETURNS TABLE (scheme text, parameters text[], options text[])
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT s.scheme, s.parameters, ARRAY['max_attempts', 'backoff', 'max_backoff']
+	  FROM (VALUES
+		('amqp', ARRAY['exchange', 'routing_key', 'outbox_headers']),
+		('amqps', ARRAY['exchange', 'routing_key', 'outbox_headers', 'cacert']),
+		-- A webhook's query string goes to the endpoint as it is, and is
+		-- where endpoints take their credentials: none is accepted
+		('http', ARRAY[]::text[]),
+		('https', ARRAY[]::text[]),
+		-- The topic is the URL's path, or the outbox topic without one
+		('kafka', ARRAY['security_protocol', 'sasl_mechanism', 'sasl_username', 'cacert']),
+		-- A JetStream subject, the URL's path
+		('nats', ARRAY['cacert']),
+		('postgresql', NULL),
+		('postgres', NULL)) AS s0(scheme, parameters)
+	 CROSS JOIN LATERAL (SELECT s0.scheme, coalesce(s0.parameters, ARRAY[
+		-- The receiving inbox's scope and ordered, then libpq's own
+		-- parameters, but for its secrets (password, sslpassword,
+		-- oauth_client_secret) and those a relay has no use for
+		-- (replication, the interactive OAuth flow)
+		'scope', 'ordered',
+		'host', 'hostaddr', 'port', 'dbname', 'user', 'passfile', 'require_auth',
+		'channel_binding', 'connect_timeout', 'client_encoding', 'options',
+		'application_name', 'fallback_application_name', 'keepalives', 'keepalives_idle',
+		'keepalives_interval', 'keepalives_count', 'tcp_user_timeout', 'sslmode',
+		'sslnegotiation', 'sslcompression', 'sslcert', 'sslkey', 'sslcertmode', 'sslrootcert',
+		'sslcrl', 'sslcrldir', 'sslsni', 'requirepeer', 'ssl_min_protocol_version',
+		'ssl_max_protocol_version', 'min_protocol_version', 'max_protocol_version',
+		'gssencmode', 'krbsrvname', 'gsslib', 'gssdelegation', 'service',
+		'target_session_attrs', 'load_balance_hosts'])) AS s(scheme, parameters)
+$$;
+
+COMMENT ON FUNCTION @extschema@.outbox_schemes() IS
+'the target schemes the relay serves, with the URL parameters and the route options each accepts';

@@ -4501,6 +4501,10 @@ AS $$
 		-- where endpoints take their credentials: none is accepted
 		('http', ARRAY[]::text[]),
 		('https', ARRAY[]::text[]),
+		-- The topic is the URL's path, or the outbox topic without one
+		('kafka', ARRAY['security_protocol', 'sasl_mechanism', 'sasl_username', 'cacert']),
+		-- A JetStream subject, the URL's path
+		('nats', ARRAY['cacert']),
 		('postgresql', NULL),
 		('postgres', NULL)) AS s0(scheme, parameters)
 	 CROSS JOIN LATERAL (SELECT s0.scheme, coalesce(s0.parameters, ARRAY[
@@ -5205,7 +5209,12 @@ AS $$
 		   ARRAY['max_attempts', 'message_id_header', 'group_key', 'batch']
 	  FROM (VALUES
 		('amqp', ARRAY['queue'], ARRAY['queue']),
-		('amqps', ARRAY['queue', 'cacert'], ARRAY['queue'])) AS s(scheme, parameters, required)
+		('amqps', ARRAY['queue', 'cacert'], ARRAY['queue']),
+		-- A consumer group's offsets, committed after the database's
+		('kafka', ARRAY['group', 'security_protocol', 'sasl_mechanism', 'sasl_username', 'cacert'],
+		 ARRAY['group']),
+		-- A JetStream stream's durable pull consumer
+		('nats', ARRAY['consumer', 'cacert'], ARRAY['consumer'])) AS s(scheme, parameters, required)
 $$;
 
 COMMENT ON FUNCTION @extschema@.inbox_source_schemes() IS

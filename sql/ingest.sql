@@ -20,7 +20,7 @@ SELECT regress.try(format('SELECT inbox_subscribe(%L, %L)', 'orders', u))
 	'rabbit.example/v?queue=q',
 	'amqp:rabbit.example?queue=q',
 	'AMQP://rabbit.example/v?queue=q',
-	'kafka://k.example:9092/orders?group=g',
+	'sqs://sqs.example/orders?group=g',
 	'https://hooks.example/x?queue=q',
 	'amqp://rabbit.example/v?queue=a b',
 	'amqp://rabbit.example/v?queue=q' || chr(10)]) AS u;
