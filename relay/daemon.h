@@ -20,7 +20,13 @@
 
 #include "relay.h"
 
-/* The command line's options, set once by parse_options() before any fork */
+/* The most targets and sources one relay serves */
+#define RELAY_MAX_TARGETS 64
+
+/*
+ * The command line's options, set once by relay_parse_options() (options.c)
+ * before any fork
+ */
 typedef struct RelayOptions
 {
 	const char *conninfo;
@@ -29,9 +35,22 @@ typedef struct RelayOptions
 	int			lease_seconds;	/* --lease */
 	int			wait_seconds;	/* --wait */
 	bool		once;			/* --once */
+	const char *targets[RELAY_MAX_TARGETS];	/* --target, each */
+	int			ntargets;
+	const char *sources[RELAY_MAX_TARGETS];	/* --source, each */
+	int			nsources;
+	int			refresh_seconds;	/* --refresh */
+	const char *metrics_address;	/* --metrics, or NULL */
 } RelayOptions;
 
 extern RelayOptions relay_options;
+
+/*
+ * options.c: the command line into relay_options; -1 when the relay is to
+ * run, else the exit status of a command that ends there (--help, --version,
+ * a wrong option)
+ */
+extern int	relay_parse_options(int argc, char **argv);
 
 /* Set by SIGTERM and SIGINT: finish the batches in hand, then exit */
 extern volatile sig_atomic_t relay_stopping;

@@ -13,7 +13,9 @@
  * Beside them, one process per subscription (inbox_subscriptions: a
  * source read into a scope, with the loop of ingest.c), looked after the
  * same way, read again when inbox_subscribe or inbox_unsubscribe notify
- * (channel inbox_subscriptions); a relay given --target reads none.
+ * (channel inbox_subscriptions); a relay given --target reads none, and
+ * one given --source reads those sources' subscriptions only (and serves
+ * no target but those of --target).
  *
  * Secrets never sit in the database: the routes hold no password, and the
  * relay reads them from its secrets file (--secrets), one line per target,
@@ -25,26 +27,18 @@
  *-------------------------------------------------------------------------
  */
 #include <errno.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
-
-#ifndef RELAY_VERSION
-#define RELAY_VERSION "unknown"
-#endif
-
-#define MAX_TARGETS 64
 
 /* A failing child is started again after 1, 2, 4 ... seconds, at most this */
 #define RESTART_DELAY_MAX 60
@@ -58,18 +52,6 @@
 /* The channel on which inbox_subscribe and inbox_unsubscribe notify */
 #define SUBSCRIPTIONS_CHANNEL "inbox_subscriptions"
 
-RelayOptions relay_options = {
-	.batch = 100,
-	.lease_seconds = 30,
-	.wait_seconds = 10,
-};
-int			relay_timeout = 0;	/* 0: the default, see parse_options() */
-int			relay_http_connections = 16;
-
-static const char *only_targets[MAX_TARGETS];
-static int	nonly_targets;
-static int	refresh_seconds = 30;
-static const char *metrics_address;	/* --metrics, or NULL */
 
 /* A target, or a subscription's source, and its child */
 typedef struct Slot
@@ -87,7 +69,7 @@ typedef struct Slot
 	time_t		started;
 } Slot;
 
-static Slot slots[MAX_TARGETS];
+static Slot slots[RELAY_MAX_TARGETS];
 static int	nslots;
 
 volatile sig_atomic_t relay_stopping = 0;
@@ -150,7 +132,18 @@ read_targets(PGconn *conn, char **targets, char **scopes)
 	int			n = 0,
 				i;
 
-	res = PQexec(conn, "SELECT DISTINCT t.target, NULL FROM outbox_targets() AS t ORDER BY 1");
+	/* With --source, the targets are those of --target, read from no route */
+	if (relay_options.nsources > 0)
+	{
+		for (i = 0; i < relay_options.ntargets; i++)
+		{
+			targets[n] = strdup(relay_options.targets[i]);
+			scopes[n++] = NULL;
+		}
+		res = PQexec(conn, "SELECT s.source, s.scope FROM inbox_subscriptions AS s WHERE false");
+	}
+	else
+		res = PQexec(conn, "SELECT DISTINCT t.target, NULL FROM outbox_targets() AS t ORDER BY 1");
 	for (int pass = 0; pass < 2; pass++)
 	{
 		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
@@ -172,10 +165,19 @@ read_targets(PGconn *conn, char **targets, char **scopes)
 		}
 		for (i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
 		{
-			if (n == MAX_TARGETS)
+			int			k = 0;
+
+			if (pass == 1 && relay_options.nsources > 0)
+			{
+				while (k < relay_options.nsources && strcmp(relay_options.sources[k], PQgetvalue(res, i, 0)) != 0)
+					k++;
+				if (k == relay_options.nsources)
+					continue;	/* not a source of --source */
+			}
+			if (n == RELAY_MAX_TARGETS)
 			{
 				relay_log("the routes and subscriptions name over %d targets and sources; this relay "
-						  "serves the first %d only: run another with --target for the targets", MAX_TARGETS, MAX_TARGETS);
+						  "serves the first %d only: run another with --target for the targets", RELAY_MAX_TARGETS, RELAY_MAX_TARGETS);
 				break;
 			}
 			targets[n] = strdup(PQgetvalue(res, i, 0));
@@ -253,10 +255,10 @@ update_slots(char **fresh, char **scopes, int nfresh)
 	{
 		if (fresh[j] == NULL)
 			continue;
-		if (nslots == MAX_TARGETS)
+		if (nslots == RELAY_MAX_TARGETS)
 		{
 			relay_log("no room for %s: this relay serves %d at most; "
-					  "run another with --target", fresh[j], MAX_TARGETS);
+					  "run another with --target", fresh[j], RELAY_MAX_TARGETS);
 			free(fresh[j]);
 			free(scopes[j]);
 			continue;
@@ -365,178 +367,6 @@ child_ended(pid_t pid, int wstatus)
 	return false;
 }
 
-static void
-usage(void)
-{
-	printf("inbox-relay delivers the outbox of a database to its routes' targets.\n\n"
-		   "Usage:\n  inbox-relay [OPTION]... CONNINFO\n  inbox-relay check --help\n\n"
-		   "Options:\n"
-		   "  --target=URL        deliver to this target only (repeatable); default: every route's\n"
-		   "  --secrets=FILE      the targets' secrets, one \"TARGET SECRET\" per line, mode 600\n"
-		   "  --batch=N           messages per fetch, at most one per key (default 100)\n"
-		   "  --lease=SECONDS     how long a fetched message is the relay's (default 30)\n"
-		   "  --timeout=SECONDS   how long a target may take to confirm a message; shorter\n"
-		   "                      than the lease (default half the lease less 1 second, at most 30)\n"
-		   "  --connections=N     requests in flight at once to an HTTP target, at least 2;\n"
-		   "                      a batch holds half as many messages (default 16)\n"
-		   "  --wait=SECONDS      how long a fetch waits for a send's commit (default 10)\n"
-		   "  --refresh=SECONDS   how often the routes are read again, besides when a route\n"
-		   "                      changes (default 30)\n"
-		   "  --once              deliver what is due, then exit (or stop at an unreachable target)\n"
-		   "  --metrics=HOST:PORT serve Prometheus metrics of every target at /metrics\n"
-		   "  -v, --verbose       log each batch; given twice, each delivery too\n"
-		   "  --version           show the version and the schemes served, then exit\n"
-		   "  --help              show this help, then exit\n\n"
-		   "CONNINFO is a libpq connection string or URI; several hosts with\n"
-		   "target_session_attrs=read-write follow a failover.\n");
-}
-
-static int
-int_option(const char *name, const char *value, int min, int max)
-{
-	char	   *end;
-	long		v = strtol(value, &end, 10);
-
-	if (*value == '\0' || *end != '\0' || v < min || v > max)
-	{
-		fprintf(stderr, "inbox-relay: --%s must be an integer between %d and %d, not \"%s\"\n",
-				name, min, max, value);
-		exit(2);
-	}
-	return (int) v;
-}
-
-/*
- * Read the command line into relay_options and the supervisor's settings.
- * Returns -1 when the relay is to run, or the exit status of a command
- * that ends here (--help, --version, a wrong option).
- */
-static int
-parse_options(int argc, char **argv)
-{
-	static const struct option options[] = {
-		{"target", required_argument, NULL, 't'},
-		{"secrets", required_argument, NULL, 's'},
-		{"batch", required_argument, NULL, 'b'},
-		{"lease", required_argument, NULL, 'l'},
-		{"timeout", required_argument, NULL, 'T'},
-		{"connections", required_argument, NULL, 'c'},
-		{"wait", required_argument, NULL, 'w'},
-		{"refresh", required_argument, NULL, 'r'},
-		{"once", no_argument, NULL, 'o'},
-		{"verbose", no_argument, NULL, 'v'},
-		{"version", no_argument, NULL, 'V'},
-		{"metrics", required_argument, NULL, 'm'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0}
-	};
-	char		schemes[256];
-	int			c;
-
-	while ((c = getopt_long(argc, argv, "v", options, NULL)) != -1)
-	{
-		switch (c)
-		{
-			case 't':
-				if (nonly_targets == MAX_TARGETS)
-				{
-					fprintf(stderr, "inbox-relay: at most %d --target\n", MAX_TARGETS);
-					return 2;
-				}
-				only_targets[nonly_targets++] = optarg;
-				break;
-			case 's':
-				relay_options.secrets_path = optarg;
-				break;
-			case 'b':
-				relay_options.batch = int_option("batch", optarg, 1, 1000);
-				break;
-			case 'l':
-				relay_options.lease_seconds = int_option("lease", optarg, 1, 86400);
-				break;
-			case 'T':
-				relay_timeout = int_option("timeout", optarg, 1, 86400);
-				break;
-			case 'c':
-				relay_http_connections = int_option("connections", optarg, RELAY_WINDOW, 1000);
-				break;
-			case 'w':
-				relay_options.wait_seconds = int_option("wait", optarg, 1, 60);
-				break;
-			case 'r':
-				refresh_seconds = int_option("refresh", optarg, 1, 86400);
-				break;
-			case 'o':
-				relay_options.once = true;
-				break;
-			case 'v':
-				relay_verbose++;
-				break;
-			case 'V':
-				printf("inbox-relay %s\nschemes: %s\n", RELAY_VERSION,
-					   relay_schemes(schemes, sizeof(schemes)));
-				printf("sources: %s\n", relay_source_schemes(schemes, sizeof(schemes)));
-				return 0;
-			case 'm':
-				metrics_address = optarg;
-				break;
-			case 'h':
-				usage();
-				return 0;
-			default:
-				fprintf(stderr, "Try \"inbox-relay --help\".\n");
-				return 2;
-		}
-	}
-
-	/*
-	 * A message whose target has not answered when its lease runs out may
-	 * be fetched and delivered by another relay meanwhile: give up first.
-	 * A batch fetched while the one before is sent starts once the one
-	 * before that is settled, within --timeout of its lease, and each of
-	 * its messages is settled within --timeout of the batch's start: so by
-	 * default the timeout is half the lease less a second.
-	 */
-	if (relay_timeout == 0)
-	{
-		relay_timeout = (relay_options.lease_seconds - 1) / 2;
-		if (relay_timeout > 30)
-			relay_timeout = 30;
-		if (relay_timeout < 1)
-			relay_timeout = 1;
-	}
-	else if (relay_timeout >= relay_options.lease_seconds)
-	{
-		fprintf(stderr, "inbox-relay: --timeout (%d) must be shorter than --lease (%d)\n",
-				relay_timeout, relay_options.lease_seconds);
-		return 2;
-	}
-	if (optind != argc - 1)
-	{
-		fprintf(stderr, "inbox-relay: one CONNINFO is needed\nTry \"inbox-relay --help\".\n");
-		return 2;
-	}
-	relay_options.conninfo = argv[optind];
-	if (relay_options.secrets_path != NULL)
-	{
-		struct stat st;
-
-		if (stat(relay_options.secrets_path, &st) != 0)
-		{
-			fprintf(stderr, "inbox-relay: cannot read the secrets file \"%s\": %s\n",
-					relay_options.secrets_path, strerror(errno));
-			return 2;
-		}
-		if (st.st_mode & (S_IRWXG | S_IRWXO))
-		{
-			fprintf(stderr, "inbox-relay: the secrets file \"%s\" is readable by group or others; "
-					"chmod 600 it\n", relay_options.secrets_path);
-			return 2;
-		}
-	}
-	return -1;
-}
-
 /*
  * Wait up to a second for a notification of a route's change on conn (or
  * just a second without it).  Whether the routes are to be read again;
@@ -589,7 +419,7 @@ main(int argc, char **argv)
 
 	if (argc >= 2 && strcmp(argv[1], "check") == 0)
 		return relay_check_main(argc - 1, argv + 1);
-	if ((i = parse_options(argc, argv)) >= 0)
+	if ((i = relay_parse_options(argc, argv)) >= 0)
 		return i;
 
 	memset(&sa, 0, sizeof(sa));
@@ -597,12 +427,12 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (metrics_address != NULL && relay_metrics_start(metrics_address) != 0)
+	if (relay_options.metrics_address != NULL && relay_metrics_start(relay_options.metrics_address) != 0)
 		return 2;
 
-	for (i = 0; i < nonly_targets; i++)
+	for (i = 0; i < relay_options.ntargets && relay_options.nsources == 0; i++)
 	{
-		slots[nslots].target = strdup(only_targets[i]);
+		slots[nslots].target = strdup(relay_options.targets[i]);
 		slots[nslots++].listed = true;
 	}
 
@@ -617,11 +447,11 @@ main(int argc, char **argv)
 		bool		running = false;
 		time_t		now = time(NULL);
 
-		if (nonly_targets == 0 && now >= read_retry_at &&
-			(read_due || (!relay_options.once && now - last_read >= refresh_seconds)))
+		if ((relay_options.ntargets == 0 || relay_options.nsources > 0) && now >= read_retry_at &&
+			(read_due || (!relay_options.once && now - last_read >= relay_options.refresh_seconds)))
 		{
-			char	   *fresh[MAX_TARGETS],
-					   *scopes[MAX_TARGETS];
+			char	   *fresh[RELAY_MAX_TARGETS],
+					   *scopes[RELAY_MAX_TARGETS];
 			int			nfresh = -1;
 
 			if (conn == NULL)
