@@ -38,7 +38,8 @@
 # BENCH_PRIORITIES_TRANSACTIONS, BENCH_PRIORITIES_ROUNDS, for the outbox
 # BENCH_SKIP_OUTBOX, BENCH_OUTBOX_SECONDS, BENCH_OUTBOX_ROUNDS, and for the
 # relay BENCH_SKIP_RELAY, BENCH_RELAY_BASELINE, BENCH_RELAY_MESSAGES, BENCH_RELAY_ROUNDS,
-# BENCH_RELAY_RATE, BENCH_RELAY_LATENCY_SECONDS.  See
+# BENCH_RELAY_RATE, BENCH_RELAY_LATENCY_SECONDS, and for ingest from the
+# brokers BENCH_SKIP_BROKERS, BENCH_BROKERS_MESSAGES, BENCH_BROKERS_ROUNDS.  See
 # test/bench/README.md.
 #
 # test/bench/bench.sh
@@ -293,6 +294,27 @@ cpu_per_tx()
 	else
 		echo n/a
 	fi
+}
+
+# circuit N: a closed walk through 0 .. N-1 in which each ordered pair
+# of distinct numbers is consecutive exactly once (an Eulerian circuit of
+# the complete directed graph, by Hierholzer's algorithm), the return to
+# its start left out: N(N - 1) numbers from 0
+circuit()
+{
+	awk -v n="$1" 'BEGIN {
+		sp = 0; stack[sp++] = 0; m = 0
+		while (sp > 0) {
+			v = stack[sp - 1]
+			if (used[v] < n - 1) {
+				used[v]++
+				stack[sp++] = (v + used[v]) % n
+			} else
+				path[m++] = stack[--sp]
+		}
+		for (i = m - 1; i > 0; i--)
+			printf "%d%s", path[i], (i > 1 ? " " : "\n")
+	}'
 }
 
 # cpu_median LIST: the median of cpu_per_tx readings, n/a if one is
@@ -631,5 +653,8 @@ if [ "${BENCH_SKIP_OUTBOX:-0}" = 0 ]; then
 fi
 if [ "${BENCH_SKIP_RELAY:-0}" = 0 ]; then
 	. "$here/relay.sh"
+fi
+if [ "${BENCH_SKIP_BROKERS:-0}" = 0 ]; then
+	. "$here/brokers.sh"
 fi
 echo "- finished:   $(date -u '+%Y-%m-%d %H:%M:%S UTC'), load avg $(cut -d' ' -f1-3 /proc/loadavg)"
