@@ -15,6 +15,7 @@ PKGS="$PKGS prometheus-postgres-exporter prometheus"  # test/t/015_monitoring.pl
 PKGS="$PKGS postgresql-server-dev-all debhelper git"  # make deb (pg_buildext, dh --with pgxs_loop) and make dist (git archive); test/t/017
 PKGS="$PKGS librabbitmq-dev libcurl4-openssl-dev libssl-dev pkg-config"  # the relay, relay/inbox-relay (AMQP, webhooks, the signature's HMAC); test/t/026
 PKGS="$PKGS librdkafka-dev libnats-dev nats-server kcat python3-confluent-kafka"  # the relay's Kafka and NATS JetStream targets and sources, and their tests (a mock Kafka cluster, nats-server -js)
+PKGS="$PKGS amqp-tools"  # docs/ingest.md's quickstart, run by its test (amqp-declare-queue, amqp-publish)
 
 missing=""
 for p in $PKGS; do
