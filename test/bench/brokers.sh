@@ -22,7 +22,9 @@
 #	  consumer's exit: the relay's --once idles a second at the end before
 #	  it exits, which no user waits for.  The fill is timed too, and
 #	  reported apart: it is the producer's work, the same for every side.
-#	  Targets: relay >= 0.5 x ack; relay / loop reported.
+#	  Targets: relay >= 0.5 x ack; relay / loop reported.  BENCH_BROKERS_SIDES
+#	  names fewer sides (at least two), for a profile of one against another.  BENCH_BROKERS_SIDES
+#	  names fewer sides (at least two), for a profile of one against another.
 #
 # A private RabbitMQ on loopback (rabbitmq.sh), stopped with the cluster.
 # Skipped, with one line, without inbox-relay, rabbitmq-server or
@@ -111,7 +113,7 @@ br_drain()
 }
 
 declare -A br_rates=() br_fills=()
-br_sides=(relay grouped ack loop)
+read -ra br_sides <<<"${BENCH_BROKERS_SIDES:-relay grouped ack loop}"
 br_n=${#br_sides[@]}
 read -ra br_circuit <<<"$(circuit "$br_n")"
 # One uncounted drain of each side, ending with the circuit's last side
@@ -142,6 +144,8 @@ for side in "${br_sides[@]}"; do
 	br_m[$side]=$m
 	echo "| $side | $m | $lo | $hi | $fm |"
 done
+[ -n "${br_m[relay]:-}" ] && [ -n "${br_m[ack]:-}" ] && [ -n "${br_m[loop]:-}" ] && [ -n "${br_m[grouped]:-}" ] || return 0
+[ -n "${br_m[relay]:-}" ] && [ -n "${br_m[ack]:-}" ] && [ -n "${br_m[loop]:-}" ] && [ -n "${br_m[grouped]:-}" ] || return 0
 echo
 br_ratio=$(awk -v a="${br_m[relay]}" -v b="${br_m[ack]}" 'BEGIN { printf "%.3f", a / b }')
 echo "ingest / the broker's ceiling (a consumer that only acknowledges): $br_ratio (target >= 0.5: $(awk -v r="$br_ratio" 'BEGIN { print (r >= 0.5) ? "met" : "NOT met" }'))"

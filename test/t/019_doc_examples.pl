@@ -49,6 +49,10 @@
 # .go, .java) are checked for the same: no set_config(..., false), no plain
 # SET inbox.*, no inbox.* setting among a connection's startup options.
 #
+# A page that needs more than a database to run (a broker, the relay)
+# says so in a comment, "<!-- run by test/t/NNN_name.pl -->": that test
+# runs every block of it, and this one only checks its blocks' form.
+#
 # Each assertion names the page, the block's number among the page's sql
 # blocks and its line.
 use strict;
@@ -337,6 +341,14 @@ for my $page (@pages)
 	}
 
 	next unless @run;
+
+	# A page that needs more than a database (a broker, the relay) names
+	# the test that runs all of it, in a comment: "<!-- run by test/t/... -->"
+	if (slurp_file("$top/$page") =~ /<!-- run by (test\/t\/\S+\.pl)\b/)
+	{
+		ok(-f "$top/$1", "$page: run by $1, which exists");
+		next;
+	}
 
 	my $roles_before = $node->sql('SELECT string_agg(oid::text, \',\') FROM pg_roles');
 	my $db = "doc_$page_number";
