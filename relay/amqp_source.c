@@ -250,8 +250,9 @@ inlet_fetch(RelayInlet *in, RelayIngest *out, int max, int wait_ms, char *error)
 		amqp_envelope_t e;
 		amqp_rpc_reply_t r;
 
-		/* The first delivery waited for, the rest taken as they have come */
-		struct timeval timeout = {n == 0 ? wait_ms / 1000 : 0, n == 0 ? (wait_ms % 1000) * 1000 : 0};
+		/* The first delivery waited for, the rest while they keep coming */
+		int			ms = n == 0 ? wait_ms : RELAY_LINGER_MS;
+		struct timeval timeout = {ms / 1000, (ms % 1000) * 1000};
 
 		amqp_maybe_release_buffers(in->t->conn);
 		r = amqp_consume_message(in->t->conn, &e, &timeout, 0);

@@ -126,13 +126,18 @@ typedef struct RelayIngest
 
 typedef struct RelayInlet RelayInlet;
 
+/* How long a source's fetch waits for a next message once one has come */
+#define RELAY_LINGER_MS 2
+
 /*
  * Each source: a broker's queue (topic, stream) read into an inbox by
  * ingest.c.  open(url, secret, options, error) connects and starts
  * consuming, with at most prefetch messages unacknowledged; options is the
  * subscription's options as JSON text, for what a source reads of them.
- * fetch() waits at most wait_ms for a first message and returns at once
- * with what has come by then, at most max, into out: their number, or -1
+ * fetch() waits at most wait_ms for a first message, then takes those
+ * that follow it until max have come or none came for RELAY_LINGER_MS
+ * (a broker sends a prefetch's worth as a burst: a batch is the burst,
+ * not the part of it that had arrived), into out: their number, or -1
  * with error filled when the broker is gone (the loop closes the inlet and
  * opens it again later).  ack() tells the broker that messages m[0..n),
  * each taken by the last fetch or one before, are done with: the loop
