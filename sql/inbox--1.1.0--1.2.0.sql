@@ -5,8 +5,12 @@
  * inbox_unsubscribe, the view inbox_subscriptions, inbox_source_schemes,
  * and the rejects: inbox_ingest_reject, the view inbox_ingest_rejects and
  * inbox_ingest_forget.  outbox_schemes() lists the Kafka and NATS
- * JetStream targets.  The library serves the SQL of 1.0.0, 1.1.0 and
- * 1.2.0 through the same entry points.
+ * JetStream targets.  A received message keeps its headers: the
+ * receives take them last, the takes return them last, which changes the
+ * receives' identities.  A send copies the caller's trace context
+ * (inbox.traceparent, inbox.tracestate) into its message's headers.  The
+ * library serves the SQL of 1.0.0, 1.1.0 and 1.2.0 through the same entry
+ * points.
  */
 
 -- complain if the script is sourced in psql rather than via ALTER EXTENSION
