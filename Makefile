@@ -76,7 +76,7 @@ $(OBJS): $(wildcard src/*.h)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # pg_regress: inputs in sql/, expected output in expected/
-REGRESS = setup claim claim_many errors status security settings retention deferred poll complete_many groups priorities ranges streams forget limits outbox outbox_checks outbox_routes ingest direct_guard content_window depth drop
+REGRESS = setup claim claim_many errors status security settings retention deferred poll complete_many groups priorities headers ranges streams forget limits outbox outbox_checks outbox_routes ingest direct_guard content_window depth drop
 REGRESS_OPTS = --temp-instance=tmp_regress --temp-config=test/inbox.conf
 
 # isolation specs and their expected output live under test/isolation/

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "amqp_internal.h"
+#include "receive.h"
 
 struct RelayInlet
 {
@@ -53,16 +54,28 @@ bytes_dup(amqp_bytes_t b)
 	return s;
 }
 
-/* A header's value as text, or NULL for a kind that has none (a table) */
+/*
+ * A header's value as text, or NULL for a kind that has none (a table, an
+ * array, void, a decimal) and for bytes that are not text (a NUL, or not
+ * UTF-8): such a header is left out.  A string holding a NUL sets
+ * *refusal: it cannot travel as text, and the message is refused rather
+ * than cut short.
+ */
 static char *
-field_text(const amqp_field_value_t *v)
+field_text(const amqp_field_value_t *v, const char **refusal)
 {
 	char		buf[64];
 
 	switch (v->kind)
 	{
 		case AMQP_FIELD_KIND_UTF8:
+			if (memchr(v->value.bytes.bytes, '\0', v->value.bytes.len) != NULL)
+				*refusal = "a header value holds a NUL";
+			return bytes_dup(v->value.bytes);
 		case AMQP_FIELD_KIND_BYTES:
+			if (memchr(v->value.bytes.bytes, '\0', v->value.bytes.len) != NULL ||
+				!relay_utf8_valid(v->value.bytes.bytes, v->value.bytes.len))
+				return NULL;
 			return bytes_dup(v->value.bytes);
 		case AMQP_FIELD_KIND_BOOLEAN:
 			return strdup(v->value.boolean ? "true" : "false");
@@ -130,11 +143,14 @@ take_envelope(RelayInlet *in, const amqp_envelope_t *e, RelayIngest *m)
 		m->header_values = calloc(n, sizeof(char *));
 		for (int i = 0; i < n; i++)
 		{
-			char	   *value = field_text(&p->headers.entries[i].value);
+			char	   *value = field_text(&p->headers.entries[i].value, &m->header_refusal);
+			amqp_bytes_t name = p->headers.entries[i].key;
 
 			if (value == NULL)
 				continue;
-			m->header_names[m->nheaders] = bytes_dup(p->headers.entries[i].key);
+			if (memchr(name.bytes, '\0', name.len) != NULL)
+				m->header_refusal = "a header name holds a NUL";
+			m->header_names[m->nheaders] = bytes_dup(name);
 			m->header_values[m->nheaders++] = value;
 		}
 	}

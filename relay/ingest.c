@@ -70,6 +70,7 @@ typedef struct Item
 {
 	const char *id;				/* NULL: none usable */
 	const char *group_key;
+	char	   *headers;		/* the headers as a JSON object, or NULL */
 	bool		json;
 	bool		rejected;		/* to be recorded as a reject */
 	char		reason[RELAY_ERROR_SIZE];
@@ -140,6 +141,8 @@ json_type(const char *type)
 static void
 make_item(const Ingest *g, const RelayIngest *m, Item *it)
 {
+	const char *refusal;
+
 	memset(it, 0, sizeof(*it));
 	it->id = g->id_header ? header(m, g->id_header) : m->message_id;
 	if (it->id != NULL && it->id[0] == '\0')
@@ -156,7 +159,25 @@ make_item(const Ingest *g, const RelayIngest *m, Item *it)
 		it->rejected = true;
 		snprintf(it->reason, RELAY_ERROR_SIZE, "no message id: %s", g->id_header ?
 				 "the message_id_header is missing or empty" : "the message has no message_id");
+		return;
 	}
+
+	/*
+	 * The headers go with the message, exactly, for its worker; headers the
+	 * inbox cannot keep as they are make the message a reject at once,
+	 * since no later attempt would change them.
+	 */
+	if ((refusal = m->header_refusal) == NULL)
+		refusal = relay_headers_refusal(m->nheaders, (const char *const *) m->header_names,
+										(const char *const *) m->header_values);
+	if (refusal != NULL)
+	{
+		it->rejected = true;
+		snprintf(it->reason, RELAY_ERROR_SIZE, "headers the inbox cannot keep: %s", refusal);
+		return;
+	}
+	it->headers = relay_headers_json(m->nheaders, (const char *const *) m->header_names,
+									 (const char *const *) m->header_values);
 }
 
 /*
@@ -204,9 +225,10 @@ receive(Ingest *g, const RelayIngest *m, Item *it, const int *which, int count, 
 	for (int i = 0; i < count; i++)
 		r[i] = (RelayReceived)
 	{
-		it[which[i]].id, m[which[i]].body, m[which[i]].body_len, it[which[i]].group_key
+		it[which[i]].id, m[which[i]].body, m[which[i]].body_len, it[which[i]].group_key,
+			it[which[i]].headers
 	};
-	res = relay_receive_many(g->conn, g->scope, r, count, !json, true);
+	res = relay_receive_many(g->conn, g->scope, r, count, !json, true, true);
 	free(r);
 	if ((w = outcome(res, PGRES_TUPLES_OK, error)) == WRITTEN)
 		for (int r = 0; r < PQntuples(res); r++)
@@ -457,6 +479,8 @@ settle(Ingest *g, const RelayIngest *m, int n)
 		g->delay = g->delay == 0 ? 1 : (g->delay < 30 ? g->delay * 2 : 30);
 		sleep(g->delay);
 	}
+	for (int i = 0; i < n; i++)
+		free(it[i].headers);
 	free(it);
 }
 

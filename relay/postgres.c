@@ -35,6 +35,11 @@
  * keys (before 1.1.0) is found once per connection, and served without
  * them, with one line in the log.
  *
+ * Each message's headers go with it, as the inbox's headers of the
+ * message, for the workers there; an inbox older than headers (before
+ * 1.2.0) is found once per connection too, and receives the messages
+ * without them, with one line in the log.
+ *
  * A failure records the other database's reason: its SQLSTATE and
  * message ("42501: permission denied for function inbox_receive_many").
  *
@@ -57,6 +62,7 @@ struct RelayTarget
 	PGconn	   *conn;
 	char	   *scope;
 	bool		grouped;		/* the key goes as the message's group_key */
+	bool		headers;		/* the inbox there takes headers (1.2.0 on) */
 	struct timeval deadline;	/* --timeout after the batch's start */
 	int			statements;		/* run for the batch so far */
 	long		timeout_ms;		/* the session's statement_timeout */
@@ -97,19 +103,24 @@ without_own_params(const char *url)
 static void pg_close(RelayTarget *t);
 
 /*
- * Whether the inbox there takes group keys (1.1.0 and later), asked once
- * per connection: t->grouped is cleared, with a line in the log, when it
- * does not, and the messages go in no group.  false, with error filled,
- * when the question itself failed.
+ * What the inbox there takes, asked once per connection: group keys
+ * (1.1.0 and later) and headers (1.2.0 and later).  t->grouped is cleared
+ * when it takes no group keys, and the messages go in no group; t->headers
+ * is set when it takes headers, else the messages go without them; each
+ * with a line in the log.  false, with error filled, when the question
+ * itself failed.
  */
 static bool
-has_group_keys(RelayTarget *t, char *error)
+inbox_takes(RelayTarget *t, bool grouped, char *error)
 {
 	PGresult   *res = PQexec(t->conn,
 							 "SELECT pg_catalog.count(*) FILTER (WHERE 'group_keys' OPERATOR(pg_catalog.=) "
-							 "ANY (p.proargnames)), pg_catalog.count(*) FROM pg_catalog.pg_proc AS p "
+							 "ANY (p.proargnames)), pg_catalog.count(*), "
+							 "pg_catalog.count(*) FILTER (WHERE 'headers' OPERATOR(pg_catalog.=) "
+							 "ANY (p.proargnames)) FROM pg_catalog.pg_proc AS p "
 							 "WHERE p.proname = 'inbox_receive_many' "
 							 "AND pg_catalog.pg_function_is_visible(p.oid)");
+	bool		none;
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -124,11 +135,16 @@ has_group_keys(RelayTarget *t, char *error)
 	 * search_path) is no older inbox: each statement fails there with its
 	 * own error, which is the reason recorded.
 	 */
-	t->grouped = strcmp(PQgetvalue(res, 0, 0), "0") != 0 || strcmp(PQgetvalue(res, 0, 1), "0") == 0;
+	none = strcmp(PQgetvalue(res, 0, 1), "0") == 0;
+	t->grouped = grouped && (strcmp(PQgetvalue(res, 0, 0), "0") != 0 || none);
+	t->headers = strcmp(PQgetvalue(res, 0, 2), "0") != 0;
 	PQclear(res);
-	if (!t->grouped)
+	if (grouped && !t->grouped)
 		relay_log("the inbox there has no group keys (it is older than 1.1.0): messages are received "
 				  "in no group, and its workers may take a key's messages out of order");
+	if (!t->headers && !none)
+		relay_log("the inbox there keeps no headers (it is older than 1.2.0): messages are received "
+				  "without their headers");
 	return true;
 }
 
@@ -202,7 +218,7 @@ pg_open(const char *url, const char *secret, char *error)
 	t->conn = conn;
 	t->scope = scope;
 	t->timeout_ms = relay_timeout * 1000L;
-	if (grouped && !has_group_keys(t, error))
+	if (!inbox_takes(t, grouped, error))
 	{
 		pg_close(t);
 		return NULL;
@@ -285,24 +301,32 @@ budget(RelayTarget *t, char *error, RelayResult *outcome)
 static RelayResult
 pg_deliver(RelayTarget *t, const RelayMessage *m, char *error, int *retry_after)
 {
-	const char *params[4] = {t->scope, m->id, m->body, m->key};
-	int			lengths[4] = {0, 0, (int) m->body_len, 0};
-	int			formats[4] = {0, 0, m->binary ? 1 : 0, 0};
+	char	   *headers = t->headers ? relay_headers_json(m->nheaders, m->header_names,
+														  m->header_values) : NULL;
+	const char *params[5] = {t->scope, m->id, m->body, m->key, headers};
+	int			lengths[5] = {0, 0, (int) m->body_len, 0, 0};
+	int			formats[5] = {0, 0, m->binary ? 1 : 0, 0, 0};
+	char		sql[160];
+	char		with_headers[32];
+	int			nparams;
 	PGresult   *res;
 	RelayResult result;
 
 	if (!budget(t, error, &result))
+	{
+		free(headers);
 		return result;
-	if (t->grouped)
-		res = PQexecParams(t->conn,
-						   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea, group_key => $4)"
-						   : "SELECT inbox_receive($1, $2, $3::jsonb, group_key => $4)",
-						   4, NULL, params, lengths, formats, 0);
-	else
-		res = PQexecParams(t->conn,
-						   m->binary ? "SELECT inbox_receive($1, $2, $3::bytea)"
-						   : "SELECT inbox_receive($1, $2, $3::jsonb)",
-						   3, NULL, params, lengths, formats, 0);
+	}
+	if (!t->grouped)
+		params[3] = headers;
+	nparams = 3 + (t->grouped ? 1 : 0) + (headers != NULL ? 1 : 0);
+	snprintf(with_headers, sizeof(with_headers), ", headers => $%d::jsonb", nparams);
+	snprintf(sql, sizeof(sql), "SELECT inbox_receive($1, $2, $3::%s%s%s)",
+			 m->binary ? "bytea" : "jsonb",
+			 t->grouped ? ", group_key => $4" : "",
+			 headers != NULL ? with_headers : "");
+	res = PQexecParams(t->conn, sql, nparams, NULL, params, lengths, formats, 0);
+	free(headers);
 	/* received, or already received: a duplicate */
 	result = PQresultStatus(res) == PGRES_TUPLES_OK ? RELAY_DELIVERED : failure(t, res, error);
 	PQclear(res);
@@ -335,11 +359,19 @@ receive_some(RelayTarget *t, const RelayMessage *m, const int *which, int count,
 	{
 		r = malloc(count * sizeof(RelayReceived));
 		for (i = 0; i < count; i++)
-			r[i] = (RelayReceived)
 		{
-			m[which[i]].id, m[which[i]].body, m[which[i]].body_len, m[which[i]].key
-		};
-		res = relay_receive_many(t->conn, t->scope, r, count, binary, t->grouped);
+			const RelayMessage *one = &m[which[i]];
+
+			r[i] = (RelayReceived)
+			{
+				one->id, one->body, one->body_len, one->key,
+					t->headers ? relay_headers_json(one->nheaders, one->header_names,
+													one->header_values) : NULL
+			};
+		}
+		res = relay_receive_many(t->conn, t->scope, r, count, binary, t->grouped, t->headers);
+		for (i = 0; i < count; i++)
+			free((char *) r[i].headers);
 		free(r);
 	}
 	if (ran && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == count)

@@ -122,6 +122,9 @@ typedef struct RelayIngest
 	int			nheaders;		/* the message's headers, as text pairs */
 	char	  **header_names;
 	char	  **header_values;
+	const char *header_refusal; /* why its headers cannot be text pairs (a
+								 * NUL in one), which rejects the message;
+								 * NULL if they can: a static string */
 } RelayIngest;
 
 typedef struct RelayInlet RelayInlet;

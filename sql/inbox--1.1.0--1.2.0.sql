@@ -5,8 +5,12 @@
  * inbox_unsubscribe, the view inbox_subscriptions, inbox_source_schemes,
  * and the rejects: inbox_ingest_reject, the view inbox_ingest_rejects and
  * inbox_ingest_forget.  outbox_schemes() lists the Kafka and NATS
- * JetStream targets.  The library serves the SQL of 1.0.0, 1.1.0 and
- * 1.2.0 through the same entry points.
+ * JetStream targets.  A received message keeps its headers: the
+ * receives take them last, the takes return them last, which changes the
+ * receives' identities.  A send copies the caller's trace context
+ * (inbox.traceparent, inbox.tracestate) into its message's headers.  The
+ * library serves the SQL of 1.0.0, 1.1.0 and 1.2.0 through the same entry
+ * points.
  */
 
 -- complain if the script is sourced in psql rather than via ALTER EXTENSION
@@ -484,3 +488,382 @@ $$;
 
 COMMENT ON FUNCTION @extschema@.outbox_schemes() IS
 'the target schemes the relay serves, with the URL parameters and the route options each accepts';
+
+/* ------------------------------------------------------------------------
+ * Headers in the inbox
+ *
+ * A received message keeps its headers (inbox.entries.headers, last, NULL
+ * for none: adding it rewrites nothing), the receives take them last, and
+ * the takes return them last.  The functions whose arguments or result
+ * change are dropped and made again; the API ones keep their bundle and
+ * the EXECUTE privileges granted on them (inbox.replace_api, as 1.1.0's
+ * script did).
+ */
+ALTER TABLE inbox.entries ADD COLUMN headers jsonb;
+
+DROP FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer);
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
+									payload_hash bytea DEFAULT NULL,
+									not_before timestamptz DEFAULT NULL,
+									group_key text DEFAULT NULL,
+									priority integer DEFAULT 0,
+									headers jsonb DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer);
+CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
+									payload_hash bytea DEFAULT NULL,
+									not_before timestamptz DEFAULT NULL,
+									group_key text DEFAULT NULL,
+									priority integer DEFAULT 0,
+									headers jsonb DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]);
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise',
+										 group_keys text[] DEFAULT NULL,
+										 priorities integer[] DEFAULT NULL,
+										 headers jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]);
+CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+										 payload_hashes bytea[] DEFAULT NULL,
+										 not_before timestamptz DEFAULT NULL,
+										 on_mismatch text DEFAULT 'raise',
+										 group_keys text[] DEFAULT NULL,
+										 priorities integer[] DEFAULT NULL,
+										 headers jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_take(text, integer, interval);
+CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz, group_key text,
+			   headers jsonb)
+AS 'MODULE_PATHNAME', 'inbox_take_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
+
+COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
+
+DROP FUNCTION inbox.inbox_poll(text, integer, interval, interval);
+CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
+								 lease interval DEFAULT '30 seconds',
+								 wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz, group_key text,
+			   headers jsonb)
+AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off;
+
+COMMENT ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) IS
+'implementation behind the API function of the same name; call that one';
+REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
+
+/*
+ * inbox.replace_api(new, old, create): drop the API functions old (new's
+ * own signature when it only changes its result) and run create, which
+ * makes new; new goes into their bundle and is granted to every role
+ * that was granted EXECUTE on any of them.  Its initial privileges stay
+ * as this script sets them (no PUBLIC), so that pg_dump dumps those
+ * grants, as inbox.bundle_add does.
+ */
+CREATE FUNCTION inbox.replace_api(p_new text, p_old text[], p_create text)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	grants text[];
+	bundle text;
+	init pg_catalog.pg_init_privs;
+	g text;
+	old text;
+BEGIN
+	SELECT pg_catalog.array_agg(DISTINCT
+			   CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+					ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(x.grantee)) END
+			   || CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+	  INTO grants
+	  FROM pg_catalog.unnest(p_old) AS o(f)
+	  JOIN pg_catalog.pg_proc AS p ON p.oid = o.f::regprocedure
+	 CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) AS x
+	 WHERE x.privilege_type = 'EXECUTE' AND x.grantee <> p.proowner;
+	SELECT pg_catalog.min(b.bundle) INTO STRICT bundle FROM inbox.bundle_objects AS b
+	 WHERE b.object_type = 'function' AND b.object = ANY (p_old);
+	DELETE FROM inbox.bundle_objects AS b
+	 WHERE b.object_type = 'function' AND b.object = ANY (p_old);
+	FOREACH old IN ARRAY p_old
+	LOOP
+		EXECUTE pg_catalog.format('DROP FUNCTION %s', old);
+	END LOOP;
+	EXECUTE p_create;
+	EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', p_new);
+	SELECT i.* INTO init FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
+	FOREACH g IN ARRAY coalesce(grants, '{}')
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s', p_new, g);
+	END LOOP;
+	DELETE FROM pg_catalog.pg_init_privs AS i
+	 WHERE (i.objoid, i.classoid, i.objsubid) = (p_new::regprocedure, 'pg_catalog.pg_proc'::regclass, 0);
+	IF init.objoid IS NOT NULL THEN
+		INSERT INTO pg_catalog.pg_init_privs VALUES (init.*);
+	END IF;
+	INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES (bundle, 'function', p_new);
+END
+$$;
+
+SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb)',
+						 ARRAY['@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer)'],
+$create$
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload jsonb,
+										  payload_hash bytea DEFAULT NULL,
+										  not_before timestamptz DEFAULT NULL,
+										  group_key text DEFAULT NULL,
+										  priority integer DEFAULT 0,
+										  headers jsonb DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) IS
+'store a message as pending, not to be taken before not_before, behind the earlier messages of its group, ahead of lower priorities: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
+
+SELECT inbox.replace_api('@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb)',
+						 ARRAY['@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer)'],
+$create$
+CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
+										  payload_hash bytea DEFAULT NULL,
+										  not_before timestamptz DEFAULT NULL,
+										  group_key text DEFAULT NULL,
+										  priority integer DEFAULT 0,
+										  headers jsonb DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) IS
+'store a binary message (EDI, protobuf, ...) as pending, as the jsonb form does';
+
+SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[])',
+						 ARRAY['@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[])'],
+$create$
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise',
+											   group_keys text[] DEFAULT NULL,
+											   priorities integer[] DEFAULT NULL,
+											   headers jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
+'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
+
+SELECT inbox.replace_api('@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[])',
+						 ARRAY['@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[])'],
+$create$
+CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
+											   payload_hashes bytea[] DEFAULT NULL,
+											   not_before timestamptz DEFAULT NULL,
+											   on_mismatch text DEFAULT 'raise',
+											   group_keys text[] DEFAULT NULL,
+											   priorities integer[] DEFAULT NULL,
+											   headers jsonb[] DEFAULT NULL)
+RETURNS TABLE (ordinality integer, message_id text, status text)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
+'store a batch of binary messages as pending: one row per id';
+
+SELECT inbox.replace_api('@extschema@.inbox_take(text, integer, interval)',
+						 ARRAY['@extschema@.inbox_take(text, integer, interval)'],
+$create$
+CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz, group_key text,
+			   headers jsonb)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_take(text, integer, interval) IS
+'take up to max_messages pending messages, oldest first; concurrent takers never get the same one';
+
+SELECT inbox.replace_api('@extschema@.inbox_poll(text, integer, interval, interval)',
+						 ARRAY['@extschema@.inbox_poll(text, integer, interval, interval)'],
+$create$
+CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 1,
+									   lease interval DEFAULT '30 seconds',
+									   wait interval DEFAULT NULL)
+RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
+			   attempts integer, received_at timestamptz,
+			   receipt uuid, lease_until timestamptz, group_key text,
+			   headers jsonb)
+AS 'MODULE_PATHNAME', 'inbox_enter_scope'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+$create$);
+COMMENT ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) IS
+'take up to max_messages messages under a lease, each with a receipt any session may complete; waits up to wait for one to arrive';
+
+DROP FUNCTION inbox.replace_api(text, text[], text);
+
+/* ------------------------------------------------------------------------
+ * Trace context: a send copies inbox.traceparent and inbox.tracestate into
+ * its message's headers (src/outbox_check.c)
+ */
+-- A send's headers with the caller's trace context (src/outbox_check.c):
+-- inbox.traceparent and inbox.tracestate, unless the headers name a
+-- traceparent of their own
+CREATE FUNCTION inbox.outbox_trace_headers(headers jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'inbox_outbox_trace_headers'
+LANGUAGE C STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION inbox.outbox_trace_headers(jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION inbox.outbox_send_many(topic text, keys text[], payloads jsonb[],
+									   headers jsonb DEFAULT NULL)
+RETURNS uuid[]
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	p_topic text := outbox_send_many.topic;
+	-- Keys are grouped byte by byte, whatever the caller's collation, as
+	-- they are stored
+	p_keys text[] COLLATE "C" := outbox_send_many.keys;
+	p_payloads jsonb[] := outbox_send_many.payloads;
+	p_headers jsonb := outbox_send_many.headers;
+	n integer := coalesce(pg_catalog.cardinality(p_keys), 0);
+	ids uuid[];
+	counts jsonb;
+BEGIN
+	IF p_keys IS NULL OR p_payloads IS NULL THEN
+		RAISE EXCEPTION 'keys and payloads must not be null'
+			USING ERRCODE = '22004',
+				  HINT = 'Pass two arrays of the same length, empty ones to send nothing.';
+	END IF;
+	-- unnest would flatten a matrix into a list
+	IF pg_catalog.array_ndims(p_keys) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'keys must be a one-dimensional array' USING ERRCODE = '22023';
+	END IF;
+	IF pg_catalog.array_ndims(p_payloads) OPERATOR(pg_catalog.>) 1 THEN
+		RAISE EXCEPTION 'payloads must be a one-dimensional array' USING ERRCODE = '22023';
+	END IF;
+	IF n OPERATOR(pg_catalog.<>) pg_catalog.cardinality(p_payloads) THEN
+		RAISE EXCEPTION 'keys and payloads must have the same length'
+			USING ERRCODE = '22023',
+				  DETAIL = pg_catalog.format('There are %s keys and %s payloads.', n,
+											 pg_catalog.cardinality(p_payloads));
+	END IF;
+	IF n OPERATOR(pg_catalog.>) (SELECT l.batch FROM inbox.outbox_limits() AS l) THEN
+		RAISE EXCEPTION 'too many messages in one outbox_send_many'
+			USING ERRCODE = '54000',
+				  DETAIL = pg_catalog.format('There are %s; the limit is %s.', n,
+											 (SELECT l.batch FROM inbox.outbox_limits() AS l)),
+				  HINT = 'Send them in several calls, in one transaction if they must commit together.';
+	END IF;
+	IF n OPERATOR(pg_catalog.=) 0 THEN
+		RETURN '{}';
+	END IF;
+	PERFORM inbox.outbox_check(p_topic, u.k, pg_catalog.pg_column_size(u.p))
+	   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads)) AS u(k, p);
+	PERFORM inbox.outbox_check_headers(p_headers);
+	p_headers := inbox.outbox_trace_headers(p_headers);
+	ids := ARRAY(SELECT inbox.uuid_v7() FROM pg_catalog.generate_series(1, n));
+	-- c, the messages of each key: a key with a row takes last + 1 ..
+	-- last + c; one without, r .. r + c - 1, r the clock's reading, read
+	-- for each key as its row is inserted, after the waits for the keys
+	-- before it (see the banner)
+	counts := (SELECT pg_catalog.jsonb_object_agg(g.k, g.c)
+				 FROM (SELECT v.k, pg_catalog.count(*) AS c FROM pg_catalog.unnest(p_keys) AS v(k)
+						GROUP BY v.k) AS g);
+
+	WITH items AS (
+		SELECT u.i, u.k, u.p, ids[u.i] AS id,
+			   pg_catalog.row_number() OVER (PARTITION BY u.k ORDER BY u.i) AS r,
+			   (counts OPERATOR(pg_catalog.->>) u.k)::bigint AS c
+		  FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads))
+			   WITH ORDINALITY AS u(k, p, i)),
+	locked AS (
+		INSERT INTO inbox.outbox_keys AS k (topic, key, last)
+		SELECT p_topic, g.k,
+			   inbox.outbox_position_at(pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.+) g.c
+			   OPERATOR(pg_catalog.-) 1
+		  FROM (SELECT DISTINCT it.k COLLATE "C" AS k, it.c FROM items AS it
+				 ORDER BY 1) AS g
+		ON CONFLICT ON CONSTRAINT outbox_keys_pkey DO UPDATE
+		   SET last = k.last OPERATOR(pg_catalog.+) (counts OPERATOR(pg_catalog.->>) EXCLUDED.key)::bigint
+		RETURNING k.key, k.last),
+	messages AS (
+		INSERT INTO inbox.outbox_messages AS m (id, topic, key, position, payload, headers)
+		SELECT it.id, p_topic, it.k, l.last OPERATOR(pg_catalog.-) it.c OPERATOR(pg_catalog.+) it.r,
+			   it.p, p_headers
+		  FROM items AS it
+		  JOIN locked AS l ON l.key OPERATOR(pg_catalog.=) it.k COLLATE "C"
+		RETURNING m.id, m.key, m.position)
+	INSERT INTO inbox.outbox_deliveries AS d (id, target, topic, key, position)
+	SELECT ms.id, r.target, p_topic, ms.key, ms.position
+	  FROM messages AS ms
+	 CROSS JOIN inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	-- A snapshot older than the insert's wait: see outbox_unroute
+	IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+		PERFORM FROM inbox.outbox_routes AS r
+		  WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C" FOR KEY SHARE;
+	END IF;
+
+	PERFORM inbox.outbox_wake(r.target) FROM inbox.outbox_routes AS r
+	 WHERE r.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C";
+	RETURN ids;
+END
+$$;

@@ -141,7 +141,10 @@ LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
  * receipt names the take that holds a processing message (src/deferred.c).
  * priority is a received message's priority when it is above the default
  * (0), which is stored as NULL: a message of the default priority, and
- * every claim, costs it nothing (section 4, "Priorities").
+ * every claim, costs it nothing (section 4, "Priorities").  headers are a
+ * received message's headers (a JSON object of strings, as an outbox
+ * message's), handed to the worker that takes it; NULL for none and for
+ * every claim.
  */
 CREATE TABLE inbox.entries (
 	scope text COLLATE pg_catalog."C" CONSTRAINT entries_scope_not_null NOT NULL,
@@ -162,6 +165,7 @@ CREATE TABLE inbox.entries (
 	result jsonb,
 	finished_at timestamptz,
 	priority smallint,
+	headers jsonb,
 	CONSTRAINT entries_pkey PRIMARY KEY (scope, message_id, bucket),
 	CONSTRAINT entries_scope_length
 		CHECK (pg_catalog.octet_length(scope) OPERATOR(pg_catalog.<=) 256),
@@ -1073,7 +1077,8 @@ CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload jsonb,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
 									group_key text DEFAULT NULL,
-									priority integer DEFAULT 0)
+									priority integer DEFAULT 0,
+									headers jsonb DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_receive_json_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1083,7 +1088,8 @@ CREATE FUNCTION inbox.inbox_receive(scope text, message_id text, payload bytea,
 									payload_hash bytea DEFAULT NULL,
 									not_before timestamptz DEFAULT NULL,
 									group_key text DEFAULT NULL,
-									priority integer DEFAULT 0)
+									priority integer DEFAULT 0,
+									headers jsonb DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_receive_bytes_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1094,7 +1100,8 @@ CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payload
 										 not_before timestamptz DEFAULT NULL,
 										 on_mismatch text DEFAULT 'raise',
 										 group_keys text[] DEFAULT NULL,
-										 priorities integer[] DEFAULT NULL)
+										 priorities integer[] DEFAULT NULL,
+										 headers jsonb[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_receive_many_json'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1105,7 +1112,8 @@ CREATE FUNCTION inbox.inbox_receive_many(scope text, message_ids text[], payload
 										 not_before timestamptz DEFAULT NULL,
 										 on_mismatch text DEFAULT 'raise',
 										 group_keys text[] DEFAULT NULL,
-										 priorities integer[] DEFAULT NULL)
+										 priorities integer[] DEFAULT NULL,
+										 headers jsonb[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_receive_many_bytes'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
@@ -1124,7 +1132,8 @@ SET search_path = pg_catalog, pg_temp;
 CREATE FUNCTION inbox.inbox_take(scope text, max_messages integer DEFAULT 1,
 								 lease interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz, group_key text)
+			   attempts integer, received_at timestamptz, group_key text,
+			   headers jsonb)
 AS 'MODULE_PATHNAME', 'inbox_take_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1137,7 +1146,8 @@ CREATE FUNCTION inbox.inbox_poll(scope text, max_messages integer DEFAULT 1,
 								 wait interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
 			   attempts integer, received_at timestamptz,
-			   receipt uuid, lease_until timestamptz, group_key text)
+			   receipt uuid, lease_until timestamptz, group_key text,
+			   headers jsonb)
 AS 'MODULE_PATHNAME', 'inbox_poll_1_0'
 LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -1328,13 +1338,13 @@ AS 'MODULE_PATHNAME', 'inbox_result_1_0'
 LANGUAGE C STABLE PARALLEL UNSAFE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp;
 
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) IS
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) IS
 'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) IS
+COMMENT ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) IS
 'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) IS
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
 'implementation behind the API function of the same name; call that one';
-COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) IS
+COMMENT ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
 'implementation behind the API function of the same name; call that one';
 COMMENT ON FUNCTION inbox.inbox_take(text, integer, interval) IS
 'implementation behind the API function of the same name; call that one';
@@ -1369,24 +1379,26 @@ CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload j
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
 										  group_key text DEFAULT NULL,
-										  priority integer DEFAULT 0)
+										  priority integer DEFAULT 0,
+										  headers jsonb DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) IS
 'store a message as pending, not to be taken before not_before, behind the earlier messages of its group, ahead of lower priorities: true if new, false (or IB001) if the key exists in any state, IB002 on a payload mismatch';
 
 CREATE FUNCTION @extschema@.inbox_receive(scope text, message_id text, payload bytea,
 										  payload_hash bytea DEFAULT NULL,
 										  not_before timestamptz DEFAULT NULL,
 										  group_key text DEFAULT NULL,
-										  priority integer DEFAULT 0)
+										  priority integer DEFAULT 0,
+										  headers jsonb DEFAULT NULL)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) IS
 'store a binary message (EDI, protobuf, ...) as pending, as the jsonb form does';
 
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads jsonb[],
@@ -1394,12 +1406,13 @@ CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], p
 											   not_before timestamptz DEFAULT NULL,
 											   on_mismatch text DEFAULT 'raise',
 											   group_keys text[] DEFAULT NULL,
-											   priorities integer[] DEFAULT NULL)
+											   priorities integer[] DEFAULT NULL,
+											   headers jsonb[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
 'store a batch of messages as pending: one row per id, received, duplicate or (on_mismatch => ''return'') mismatch';
 
 CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], payloads bytea[],
@@ -1407,18 +1420,20 @@ CREATE FUNCTION @extschema@.inbox_receive_many(scope text, message_ids text[], p
 											   not_before timestamptz DEFAULT NULL,
 											   on_mismatch text DEFAULT 'raise',
 											   group_keys text[] DEFAULT NULL,
-											   priorities integer[] DEFAULT NULL)
+											   priorities integer[] DEFAULT NULL,
+											   headers jsonb[] DEFAULT NULL)
 RETURNS TABLE (ordinality integer, message_id text, status text)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) IS
+COMMENT ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) IS
 'store a batch of binary messages as pending: one row per id';
 
 CREATE FUNCTION @extschema@.inbox_take(scope text, max_messages integer DEFAULT 1,
 									   lease interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
-			   attempts integer, received_at timestamptz, group_key text)
+			   attempts integer, received_at timestamptz, group_key text,
+			   headers jsonb)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
@@ -1430,7 +1445,8 @@ CREATE FUNCTION @extschema@.inbox_poll(scope text, max_messages integer DEFAULT 
 									   wait interval DEFAULT NULL)
 RETURNS TABLE (message_id text, payload jsonb, payload_bytes bytea,
 			   attempts integer, received_at timestamptz,
-			   receipt uuid, lease_until timestamptz, group_key text)
+			   receipt uuid, lease_until timestamptz, group_key text,
+			   headers jsonb)
 AS 'MODULE_PATHNAME', 'inbox_enter_scope'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
@@ -1540,10 +1556,10 @@ REVOKE ALL ON FUNCTION inbox.refuse(text, text, text, "char") FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.refuse_receipt(text, uuid, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.fail_message(text, text, uuid, text, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.extend_lease(text, text, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_take(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_complete(text, text, jsonb) FROM PUBLIC;
@@ -1557,10 +1573,10 @@ REVOKE ALL ON FUNCTION inbox.inbox_requeue(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_set_max_attempts(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_set_group_dead_letters(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.inbox_result(text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_take(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_poll(text, integer, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.inbox_complete(text, text, jsonb) FROM PUBLIC;
@@ -2910,10 +2926,10 @@ INSERT INTO inbox.bundle_objects (bundle, object_type, object) VALUES
 	('consumer', 'function', '@extschema@.inbox_claim_many(text, text[], bytea[], text)'),
 	('consumer', 'function', '@extschema@.inbox_status(text, text)'),
 	('consumer', 'function', '@extschema@.inbox_result(text, text)'),
-	('receiver', 'function', '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer)'),
-	('receiver', 'function', '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer)'),
-	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[])'),
-	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[])'),
+	('receiver', 'function', '@extschema@.inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb)'),
+	('receiver', 'function', '@extschema@.inbox_receive(text, text, bytea, bytea, timestamptz, text, integer, jsonb)'),
+	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[])'),
+	('receiver', 'function', '@extschema@.inbox_receive_many(text, text[], bytea[], bytea[], timestamptz, text, text[], integer[], jsonb[])'),
 	('worker', 'function', '@extschema@.inbox_take(text, integer, interval)'),
 	('worker', 'function', '@extschema@.inbox_poll(text, integer, interval, interval)'),
 	('worker', 'function', '@extschema@.inbox_complete(text, text, jsonb)'),
@@ -3585,6 +3601,15 @@ AS 'MODULE_PATHNAME', 'inbox_outbox_check_headers'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp;
 
+-- A send's headers with the caller's trace context (src/outbox_check.c):
+-- inbox.traceparent and inbox.tracestate, unless the headers name a
+-- traceparent of their own
+CREATE FUNCTION inbox.outbox_trace_headers(headers jsonb)
+RETURNS jsonb
+AS 'MODULE_PATHNAME', 'inbox_outbox_trace_headers'
+LANGUAGE C STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp;
+
 CREATE FUNCTION inbox.outbox_limits(OUT topic_bytes integer, OUT key_bytes integer,
 									OUT target_bytes integer, OUT payload_bytes integer,
 									OUT batch integer)
@@ -3984,6 +4009,7 @@ BEGIN
 	PERFORM inbox.outbox_check(p_topic, u.k, pg_catalog.pg_column_size(u.p))
 	   FROM ROWS FROM (pg_catalog.unnest(p_keys), pg_catalog.unnest(p_payloads)) AS u(k, p);
 	PERFORM inbox.outbox_check_headers(p_headers);
+	p_headers := inbox.outbox_trace_headers(p_headers);
 	ids := ARRAY(SELECT inbox.uuid_v7() FROM pg_catalog.generate_series(1, n));
 	-- c, the messages of each key: a key with a row takes last + 1 ..
 	-- last + c; one without, r .. r + c - 1, r the clock's reading, read
@@ -4969,6 +4995,7 @@ REVOKE ALL ON FUNCTION inbox.outbox_next_position(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check(text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_target(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_check_headers(jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_trace_headers(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.caller_sees(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_requeue(uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_wake(text) FROM PUBLIC;

@@ -67,6 +67,7 @@
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
+#include "outbox.h"
 #include "priorities.h"
 #include "spi.h"
 #include "stats.h"
@@ -115,6 +116,19 @@ static const InboxLeafStatement key_statements[KEY_STATEMENTS] = {
 	},
 
 	/*
+	 * The same with headers, $8, and the priority, $7, NULL for the
+	 * default: only the SQL that has the column reaches it, and a receive
+	 * without headers never does, so that it costs the others nothing.
+	 */
+	[KEY_RECEIVE_HEADERS] = {
+		"receive with headers",
+		"INSERT INTO inbox.entries_p%d (scope, message_id, bucket, payload_hash, state, payload, payload_bytes, due, priority, headers) "
+		"VALUES ($1, $2, $9, $3, 'p', $4, $5, $6, $7, $8) "
+		"ON CONFLICT (scope, message_id, bucket) DO NOTHING",
+		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID, INT2OID, JSONBOID, INT2OID}
+	},
+
+	/*
 	 * No COLLATE on the parameters: the columns' collation "C" wins over
 	 * the parameters' default one, and Citus cannot plan an explicit one.
 	 */
@@ -153,6 +167,7 @@ static const InboxLeafStatement legacy_statements[KEY_STATEMENTS] = {
 		{TEXTOID, TEXTOID, BYTEAOID, JSONBOID, BYTEAOID, TIMESTAMPTZOID}
 	},
 	[KEY_RECEIVE_RANKED] = {0},
+	[KEY_RECEIVE_HEADERS] = {0},
 	[KEY_LOOKUP] = {
 		"lookup",
 		"SELECT received_at, payload_hash, state FROM inbox.entries "
@@ -576,17 +591,33 @@ claim_receive_due(Datum not_before, bool grouped, char *null)
 }
 
 /*
+ * The headers argument argno of a receive, checked as an outbox message's
+ * are (outbox_check.c), so that what a worker takes is what every target
+ * could have carried; 0 when the call has none (the SQL before 1.2.0) or
+ * passes NULL.
+ */
+Datum
+claim_headers_arg(FunctionCallInfo fcinfo, int argno)
+{
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
+		return (Datum) 0;
+	outbox_check_headers(PG_GETARG_DATUM(argno));
+	return PG_GETARG_DATUM(argno);
+}
+
+/*
  * inbox_receive(scope text, message_id text, payload jsonb|bytea,
  *				 payload_hash bytea, not_before timestamptz, group_key text,
- *				 priority integer)
+ *				 priority integer, headers jsonb)
  *		-> boolean
  *
  * Store the message as pending, to be taken later by inbox_take.  True if
  * new; false (or IB001) if the key exists in any state; IB002 if it exists
  * with another payload hash.  The SQL overloads pick the payload's type.
  * A new message with a group key joins its group (groups.c); one with a
- * priority above the default stores it (priorities.c).  1.0.0's SQL has
- * none of the last three arguments, or only not_before.
+ * priority above the default stores it (priorities.c), and one with
+ * headers keeps them for the worker.  1.0.0's SQL has none of the last
+ * four arguments, or only not_before; 1.1.0's has no headers.
  */
 Datum
 inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
@@ -596,9 +627,11 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	bytea	   *payload_hash = inbox_hash_arg(fcinfo, 3);
 	text	   *group_key = inbox_group_key_arg(fcinfo, 5);
 	int			priority = inbox_priority_arg(fcinfo, 6);
+	Datum		headers = claim_headers_arg(fcinfo, 7);
 	Datum		payload;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', 'n', 'n', 'n', ' '};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', 'n', 'n', 'n', ' ', ' '};
+	KeyStatement kind = priority > 0 ? KEY_RECEIVE_RANKED : KEY_RECEIVE;
 	Datum		not_before;
 	bool		received;
 	KeyPlans	kp;
@@ -629,11 +662,16 @@ inbox_receive_call(FunctionCallInfo fcinfo, bool is_jsonb, bool legacy)
 	values[5] = claim_receive_due(not_before, group_key != NULL, &nulls[5]);
 
 	values[6] = Int16GetDatum((int16) priority);
+	if (headers != (Datum) 0)
+	{
+		kind = KEY_RECEIVE_HEADERS;
+		nulls[6] = priority > 0 ? ' ' : 'n';
+		values[7] = headers;
+	}
 
 	inbox_spi_connect();
 	kp = key_plans(scope, message_id, legacy);
-	received = claim_key(&kp, priority > 0 ? KEY_RECEIVE_RANKED : KEY_RECEIVE, values, nulls,
-						 scope, message_id, payload_hash);
+	received = claim_key(&kp, kind, values, nulls, scope, message_id, payload_hash);
 	if (received && group_key != NULL)
 		inbox_group_enqueue(scope, 1, &message_id, &group_key, not_before);
 	SPI_finish();

@@ -28,12 +28,13 @@ typedef enum KeyStatement
 	KEY_INSERT,					/* a claim's INSERT ... ON CONFLICT DO NOTHING */
 	KEY_RECEIVE,				/* a receive's */
 	KEY_RECEIVE_RANKED,			/* a receive's, above the default priority */
+	KEY_RECEIVE_HEADERS,		/* a receive's, with headers (and any priority) */
 	KEY_LOOKUP,					/* the entry of a key */
 	KEY_STATEMENTS
 } KeyStatement;
 
-/* The arguments a KEY_INSERT or KEY_RECEIVE takes, before the bucket */
-#define KEY_MAX_ARGS 7
+/* The arguments a KEY_INSERT or KEY_RECEIVE* takes, before the bucket */
+#define KEY_MAX_ARGS 8
 
 /*
  * Where a call reads and writes one key: the plans for the leaf of its
@@ -57,6 +58,7 @@ extern bool claim_insert_entry(const KeyPlans *kp, KeyStatement kind, Datum *val
 							   const char *nulls, text *scope, text *message_id,
 							   bytea *payload_hash, bool try_direct);
 extern Datum claim_receive_due(Datum not_before, bool grouped, char *null);
+extern Datum claim_headers_arg(FunctionCallInfo fcinfo, int argno);
 extern bool claim_hashes_equal(const bytea *a, const bytea *b);
 extern bytea *claim_payload_digest(Datum payload, bool is_jsonb);
 extern void claim_raise_contention(const text *scope, const text *message_id, int attempt);

@@ -86,6 +86,21 @@ static const char *const receive_many_ranked_sql =
 "ON CONFLICT (scope, message_id, bucket) DO NOTHING "
 "RETURNING message_id";
 
+/*
+ * The same with the ids' headers, $9, and priorities: only the SQL that
+ * has them, and only for a batch that has headers, so that a batch without
+ * costs what it did.
+ */
+static const char *const receive_many_headers_sql =
+"INSERT INTO inbox.entries (scope, message_id, bucket, payload_hash, state, %s, due, priority, headers) "
+"SELECT $1, u.m, u.b, u.h, 'p', u.p, " RECEIVE_MANY_DUE ", NULLIF(u.r, 0), u.x "
+"FROM ROWS FROM (pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4), "
+"pg_catalog.unnest($5), pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9)) "
+"AS u(m, b, h, p, r, k, x) "
+"ORDER BY u.m COLLATE pg_catalog.\"C\" "
+"ON CONFLICT (scope, message_id, bucket) DO NOTHING "
+"RETURNING message_id";
+
 static const char *const lookup_many_sql =
 "SELECT message_id, received_at, payload_hash, state FROM inbox.entries "
 "WHERE scope OPERATOR(pg_catalog.=) $1 "
@@ -99,6 +114,7 @@ static const char *const lookup_many_sql =
 static SPIPlanPtr insert_many_plan = NULL;
 static SPIPlanPtr receive_many_plans[2] = {NULL, NULL};	/* jsonb, bytea */
 static SPIPlanPtr receive_many_ranked_plans[2] = {NULL, NULL};
+static SPIPlanPtr receive_many_headers_plans[2] = {NULL, NULL};
 static SPIPlanPtr lookup_many_plan = NULL;
 
 static int
@@ -220,8 +236,9 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 	{
 		BatchItem  *item = pending[i];
 		KeyPlans	kp = {false, inbox_bucket(batch->scope, item->message_id)};
-		Datum		values[6];
-		char		nulls[6] = {' ', ' ', ' ', 'n', 'n', 'n'};
+		Datum		values[8];
+		char		nulls[8] = {' ', ' ', ' ', 'n', 'n', 'n', 'n', 'n'};
+		KeyStatement kind = receive ? KEY_RECEIVE : KEY_INSERT;
 
 		values[0] = PointerGetDatum(batch->scope);
 		values[1] = PointerGetDatum(item->message_id);
@@ -235,8 +252,14 @@ insert_each(Batch *batch, BatchItem **pending, int npending)
 			nulls[col] = ' ';
 			/* No group keys on a distributed inbox (groups.c) */
 			values[5] = claim_receive_due(batch->not_before, false, &nulls[5]);
+			if (item->headers != (Datum) 0)
+			{
+				kind = KEY_RECEIVE_HEADERS;
+				values[7] = item->headers;
+				nulls[7] = ' ';
+			}
 		}
-		if (claim_insert_entry(&kp, receive ? KEY_RECEIVE : KEY_INSERT, values, nulls,
+		if (claim_insert_entry(&kp, kind, values, nulls,
 						 batch->scope, item->message_id, item->payload_hash, false))
 		{
 			batch_written(batch, item);
@@ -321,13 +344,15 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 	Datum	   *hashes = palloc(sizeof(Datum) * npending);
 	Datum	   *payloads = palloc(sizeof(Datum) * npending);
 	Datum	   *priorities = palloc(sizeof(Datum) * npending);
+	Datum	   *headers = batch->headers ? palloc(sizeof(Datum) * npending) : NULL;
+	bool	   *header_nulls = batch->headers ? palloc(sizeof(bool) * npending) : NULL;
 	bool	   *hash_nulls = palloc(sizeof(bool) * npending);
 	int			dims[1];
 	int			lbs[1] = {1};
 	Datum	   *keys = palloc(sizeof(Datum) * npending);
 	bool	   *key_nulls = palloc(sizeof(bool) * npending);
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n'};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', 'n', 'n'};
 	SPIPlanPtr	plan = batch->insert;
 	BatchDirectCall direct = {batch, pending, npending, 0};
 	int			rc;
@@ -344,6 +369,11 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 		hash_nulls[i] = (pending[i]->payload_hash == NULL);
 		payloads[i] = pending[i]->payload;
 		priorities[i] = Int16GetDatum(pending[i]->priority);
+		if (headers != NULL)
+		{
+			headers[i] = pending[i]->headers;
+			header_nulls[i] = pending[i]->headers == (Datum) 0;
+		}
 		if (batch->group_keys != NULL)
 		{
 			text	   *key = batch->group_keys[pending[i]->position - 1];
@@ -373,6 +403,12 @@ claim_batch_round(Batch *batch, BatchItem **pending, int npending)
 			values[7] = PointerGetDatum(construct_md_array(keys, key_nulls, 1, dims, lbs,
 														   TEXTOID, -1, false, TYPALIGN_INT));
 			nulls[7] = ' ';
+		}
+		if (headers != NULL)
+		{
+			values[8] = PointerGetDatum(construct_md_array(headers, header_nulls, 1, dims, lbs,
+														   JSONBOID, -1, false, TYPALIGN_INT));
+			nulls[8] = ' ';
 		}
 	}
 
@@ -529,18 +565,21 @@ static void
 batch_plans(Batch *batch)
 {
 	bool		is_jsonb = batch->kind == BATCH_RECEIVE_JSON;
-	SPIPlanPtr *receive_plan = batch->ranked ? &receive_many_ranked_plans[is_jsonb ? 0 : 1] :
+	SPIPlanPtr *receive_plan = batch->headers ? &receive_many_headers_plans[is_jsonb ? 0 : 1] :
+		batch->ranked ? &receive_many_ranked_plans[is_jsonb ? 0 : 1] :
 		&receive_many_plans[is_jsonb ? 0 : 1];
 
 	if (batch->kind != BATCH_CLAIM && *receive_plan == NULL)
 	{
-		Oid			types[8] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
-		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID, INT2ARRAYOID, TEXTARRAYOID};
+		Oid			types[9] = {TEXTOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
+		is_jsonb ? JSONBARRAYOID : BYTEAARRAYOID, TIMESTAMPTZOID, INT2ARRAYOID, TEXTARRAYOID,
+		JSONBARRAYOID};
 
-		*receive_plan = inbox_keep_plan(psprintf(batch->ranked ? receive_many_ranked_sql :
+		*receive_plan = inbox_keep_plan(psprintf(batch->headers ? receive_many_headers_sql :
+												 batch->ranked ? receive_many_ranked_sql :
 												 receive_many_sql,
 												 is_jsonb ? "payload" : "payload_bytes"),
-										8, types, CURSOR_OPT_GENERIC_PLAN);
+										batch->headers ? 9 : 8, types, CURSOR_OPT_GENERIC_PLAN);
 	}
 	if (insert_many_plan == NULL)
 	{
@@ -680,13 +719,15 @@ inbox_claim_many_1_0(PG_FUNCTION_ARGS)
 /*
  * inbox_receive_many(scope text, message_ids text[], payloads jsonb[] or
  *					  bytea[], payload_hashes bytea[], not_before timestamptz,
- *					  on_mismatch text, group_keys text[])
+ *					  on_mismatch text, group_keys text[], priorities integer[],
+ *					  headers jsonb[])
  *		-> SETOF (ordinality integer, message_id text, status text)
  *
  * inbox_claim_many's arbitration for a batch of receives: status
  * 'received' (stored as pending), 'duplicate' or 'mismatch'.  A payload
  * hash not given is the payload's, as for inbox_receive.  An id received
- * with a group key joins its group, in the order of the arrays.
+ * with a group key joins its group, in the order of the arrays; one
+ * with headers keeps them for the worker.
  */
 Datum
 inbox_receive_many_json(PG_FUNCTION_ARGS)

@@ -36,6 +36,7 @@ typedef struct Batch
 	Datum		not_before;		/* receives only; 0 if none */
 	text	  **group_keys;		/* receives only: per id, NULL for none */
 	bool		ranked;			/* receives only: some id above the default priority */
+	bool		headers;		/* receives only: some id has headers */
 	const char *done;			/* the status of an id written: claimed, received */
 	SPIPlanPtr	insert;			/* its INSERT's plan; NULL: one per id */
 } Batch;
@@ -48,6 +49,7 @@ typedef struct BatchItem
 	bytea	   *payload_hash;	/* NULL: no content check */
 	Datum		payload;		/* receives only */
 	int16		priority;		/* receives only; 0: the default */
+	Datum		headers;		/* receives only; 0: none */
 	int			first;			/* index of its first copy in the batch */
 	const char *status;
 	bytea	   *stored_hash;	/* first copies: the hash the entry now has */

@@ -3,8 +3,8 @@
  * claim_many_args.c
  *	  The arguments of inbox_claim_many and inbox_receive_many, read into a
  *	  Batch (claim_many.h): each array checked, its NULLs refused, its
- *	  lengths matched, each id, hash, payload, group key and priority
- *	  checked as the single claim and receive check theirs, before
+ *	  lengths matched, each id, hash, payload, group key, priority and
+ *	  headers checked as the single claim and receive check theirs, before
  *	  claim_many.c writes anything.
  *
  * src/claim_many_args.c
@@ -26,6 +26,7 @@
 #include "groups.h"
 #include "inbox.h"
 #include "keys.h"
+#include "outbox.h"
 #include "priorities.h"
 
 /*
@@ -45,6 +46,13 @@ per_id_array_arg(FunctionCallInfo fcinfo, int argno, const char *name, Oid type,
 				 errmsg("%s must have one element per message id", name),
 				 errdetail("There are %d message ids and %d %s.", n, got, what),
 				 hint ? errhint("%s", hint) : 0));
+}
+
+/* Which element of headers an error is about */
+static void
+headers_context(void *arg)
+{
+	errcontext("headers[%d]", *(int *) arg);
 }
 
 /* on_mismatch: true for 'raise', false for 'return' */
@@ -71,8 +79,8 @@ on_mismatch_arg(FunctionCallInfo fcinfo, int argno)
 /*
  * The batch's arguments, every one checked before anything is written:
  * claim (scope, ids, hashes, on_mismatch); receive (scope, ids, payloads,
- * hashes, not_before, on_mismatch, group_keys, priorities), 1.0.0's SQL
- * without the last two.
+ * hashes, not_before, on_mismatch, group_keys, priorities, headers),
+ * 1.0.0's SQL without the last three, 1.1.0's without headers.
  */
 void
 batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
@@ -103,6 +111,7 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 	batch->done = receive ? "received" : "claimed";
 	batch->group_keys = NULL;
 	batch->ranked = false;
+	batch->headers = false;
 	batch->items = NULL;
 
 	n = inbox_array_arg(fcinfo, 1, "message_ids", TEXTOID, &ids, &id_nulls);
@@ -172,9 +181,35 @@ batch_args(FunctionCallInfo fcinfo, BatchKind kind, Batch *batch)
 		}
 	}
 
-	batch->n = n;
 	if (batch->items == NULL)
 		batch->items = palloc0(sizeof(BatchItem) * n);
+
+	if (receive && PG_NARGS() > 8 && !PG_ARGISNULL(8))
+	{
+		Datum	   *headers;
+		bool	   *header_nulls;
+		ErrorContextCallback context;
+		int			at = 0;
+
+		per_id_array_arg(fcinfo, 8, "headers", JSONBOID, n, "headers",
+						 "Pass NULL elements for the ids without headers.", &headers, &header_nulls);
+		context.callback = headers_context;
+		context.arg = &at;
+		context.previous = error_context_stack;
+		error_context_stack = &context;
+		for (i = 0; i < n; i++)
+		{
+			if (header_nulls[i])
+				continue;
+			at = i + 1;
+			outbox_check_headers(headers[i]);
+			batch->items[i].headers = headers[i];
+			batch->headers = true;
+		}
+		error_context_stack = context.previous;
+	}
+
+	batch->n = n;
 	for (i = 0; i < n; i++)
 	{
 		BatchItem  *item = &batch->items[i];

@@ -117,17 +117,30 @@ static int	max_attempts = 5;
 
 static SPIPlanPtr max_attempts_plan = NULL;
 
+/*
+ * A take's candidates, in the columns hand_out reads: the seven of every
+ * SQL, then, for the SQL whose takes return them (1.2.0 on), the headers.
+ */
+#define CANDIDATES_SQL(columns) \
+	"SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due" \
+	columns " " \
+	"FROM inbox.entries_p%d e " \
+	"WHERE e.scope = $1 AND e.state <> 'd' AND e.state <> 'x' " \
+	"AND (e.due, e.message_id) >= ($4, $5) AND e.due <= $2 " \
+	"AND " INBOX_TAKEABLE_SQL("e") " " \
+	"ORDER BY e.due, e.message_id " \
+	"LIMIT $3 " \
+	"FOR UPDATE SKIP LOCKED"
+
 static const InboxLeafStatement leaf_statements[DEFERRED_LEAF_PLANS] = {
 	[LEAF_CANDIDATES] = {
 		"candidates",
-		"SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due "
-		"FROM inbox.entries_p%d e "
-		"WHERE e.scope = $1 AND e.state <> 'd' AND e.state <> 'x' "
-		"AND (e.due, e.message_id) >= ($4, $5) AND e.due <= $2 "
-		"AND " INBOX_TAKEABLE_SQL("e") " "
-		"ORDER BY e.due, e.message_id "
-		"LIMIT $3 "
-		"FOR UPDATE SKIP LOCKED",
+		CANDIDATES_SQL(""),
+		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
+	},
+	[LEAF_CANDIDATES_HEADERS] = {
+		"candidates with headers",
+		CANDIDATES_SQL(", e.headers"),
 		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID}
 	},
 	[LEAF_NEXT_DUE] = {
@@ -192,6 +205,7 @@ typedef struct TakeCall
 	int			allowed;		/* max attempts, read when first needed */
 	ReturnSetInfo *rsinfo;
 	int			group_column;	/* the result's group_key, or 0: none (1.0.0's SQL) */
+	int			headers_column; /* the result's headers, or 0: none (before 1.2.0) */
 	bool		groups;			/* whether a message may be in a group (groups.c) */
 } TakeCall;
 
@@ -371,8 +385,8 @@ hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked
 		char		state = DatumGetChar(SPI_getbinval(tuple, desc, 2, &isnull));
 		Datum		d = SPI_getbinval(tuple, desc, 3, &isnull);
 		int			attempts = isnull ? 0 : DatumGetInt32(d);
-		Datum		out[8];
-		bool		out_nulls[8] = {false, false, false, false, false, false, false, false};
+		Datum		out[9];
+		bool		out_nulls[9] = {false, false, false, false, false, false, false, false, false};
 		pg_uuid_t  *receipt;
 
 		round->picked++;
@@ -428,6 +442,10 @@ hand_out(TakeCall *call, TakeRound *round, SPITupleTable *picked, uint64 npicked
 			out_nulls[call->group_column] =
 				!(call->groups && inbox_group_key_of(call->scope, message_id,
 													 &out[call->group_column]));
+		/* headers, after it: the candidates' eighth column */
+		if (call->headers_column > 0)
+			out[call->headers_column] = SPI_getbinval(tuple, desc, 8,
+													  &out_nulls[call->headers_column]);
 		tuplestore_putvalues(call->rsinfo->setResult, call->rsinfo->setDesc, out, out_nulls);
 		round->taken++;
 	}
@@ -452,14 +470,14 @@ pick_open(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id, Times
 	Datum		values[5];
 	SPITupleTable *picked;
 	uint64		npicked;
+	DeferredLeafPlan kind = call->headers_column > 0 ? LEAF_CANDIDATES_HEADERS : LEAF_CANDIDATES;
 
 	values[0] = PointerGetDatum(call->scope);
 	values[1] = TimestampTzGetDatum(until);
 	values[2] = Int32GetDatum(limit);
 	values[3] = TimestampTzGetDatum(low);
 	values[4] = PointerGetDatum(low_id);
-	npicked = execute_picking(leaf_plan(LEAF_CANDIDATES, call->leaf), values,
-							  leaf_statements[LEAF_CANDIDATES].name);
+	npicked = execute_picking(leaf_plan(kind, call->leaf), values, leaf_statements[kind].name);
 	picked = SPI_tuptable;
 
 	*bound = until;
@@ -485,7 +503,8 @@ pick_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id,
 	const char *name;
 	SPIPlanPtr	plan = inbox_ranked_candidates(call->leaf, call->scope, round->now,
 											   call->max_messages, low, low_id, aged,
-											   aged_first, values, &name);
+											   aged_first, call->headers_column > 0, values,
+											   &name);
 	uint64		npicked = execute_picking(plan, values, name);
 	SPITupleTable *picked = SPI_tuptable;
 	int			last_pass = 0;
@@ -493,8 +512,8 @@ pick_ranked(TakeCall *call, TakeRound *round, TimestampTz low, text *low_id,
 	bool		read = true;
 
 	if (npicked > 0)
-		last_pass = DatumGetInt32(SPI_getbinval(picked->vals[npicked - 1], picked->tupdesc, 8,
-												&isnull));
+		last_pass = DatumGetInt32(SPI_getbinval(picked->vals[npicked - 1], picked->tupdesc,
+												picked->tupdesc->natts, &isnull));
 
 	/*
 	 * As pick_open's bound, for steps 1 and 3 together: a statement that
@@ -699,7 +718,9 @@ take(FunctionCallInfo fcinfo, bool poll)
 	}
 
 	InitMaterializedSRF(fcinfo, 0);
-	call.group_column = call.rsinfo->setDesc->natts == (poll ? 8 : 6) ? (poll ? 7 : 5) : 0;
+	/* The columns of the caller's SQL: 1.0.0 has neither, 1.1.0 no headers */
+	call.group_column = call.rsinfo->setDesc->natts >= (poll ? 8 : 6) ? (poll ? 7 : 5) : 0;
+	call.headers_column = call.rsinfo->setDesc->natts == (poll ? 9 : 7) ? (poll ? 8 : 6) : 0;
 	call.groups = call.group_column > 0 && inbox_groups_in_use();
 	call.owner = inbox_owner_key();
 	/* The messages it takes are anybody's when this session exits */

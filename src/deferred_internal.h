@@ -22,6 +22,7 @@
 typedef enum DeferredLeafPlan
 {
 	LEAF_CANDIDATES,			/* the due messages a take may hand out */
+	LEAF_CANDIDATES_HEADERS,	/* the same with their headers (1.2.0's SQL) */
 	LEAF_NEXT_DUE,				/* when the next one is due (a waiting take) */
 	LEAF_TAKE,					/* hand messages out */
 	LEAF_TAKE_ONE,				/* hand one message out */

@@ -59,7 +59,7 @@
  * The columns of inbox.entries, by number.  A claim sets the first six;
  * every later column is NULL in a claim's entry and has no default.
  */
-#define Natts_entries				18
+#define Natts_entries				19
 #define Anum_entries_scope			1
 #define Anum_entries_message_id		2
 #define Anum_entries_bucket			3
@@ -78,6 +78,7 @@
 #define Anum_entries_result			16
 #define Anum_entries_finished_at	17
 #define Anum_entries_priority		18
+#define Anum_entries_headers		19
 
 /*
  * Each column as sql/inbox.sql creates it, indexed by its Anum_entries_
@@ -116,6 +117,7 @@ static const EntriesColumn entries_columns[Natts_entries + 1] = {
 	[Anum_entries_result] = {"result", JSONBOID, InvalidOid, false, NULL},
 	[Anum_entries_finished_at] = {"finished_at", TIMESTAMPTZOID, InvalidOid, false, NULL},
 	[Anum_entries_priority] = {"priority", INT2OID, InvalidOid, false, NULL},
+	[Anum_entries_headers] = {"headers", JSONBOID, InvalidOid, false, NULL},
 };
 
 /*

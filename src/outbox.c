@@ -109,6 +109,7 @@ outbox_init(void)
 							PGC_SUSET,
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
+	outbox_trace_init();
 }
 
 /* ------------------------------------------------------------------------
@@ -341,8 +342,9 @@ outbox_send(FunctionCallInfo fcinfo, bool bytes)
 	values[2] = UUIDPGetDatum(id);
 	values[bytes ? 4 : 3] = PG_GETARG_DATUM(2);
 	nulls[bytes ? 4 : 3] = ' ';
-	values[5] = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
-	nulls[5] = PG_ARGISNULL(3) ? 'n' : ' ';
+	/* The caller's trace context, which an explicit traceparent overrides */
+	values[5] = outbox_trace_headers(PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3));
+	nulls[5] = values[5] == (Datum) 0 ? 'n' : ' ';
 
 	inbox_spi_connect();
 	if (!PG_ARGISNULL(4))

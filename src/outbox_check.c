@@ -3,7 +3,8 @@
  * outbox_check.c
  *	  The checks of the outbox's arguments, before anything is written:
  *	  topics and keys (their length and their characters), headers,
- *	  payload sizes and targets, and the limits they enforce.
+ *	  payload sizes and targets, and the limits they enforce; and the
+ *	  caller's trace context, which a send adds to its headers.
  *
  * A send refuses what no target can carry, since the relay cannot send
  * it anywhere and the transaction that sent it has committed by then:
@@ -24,6 +25,8 @@
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 
 #include "distributed.h"
@@ -33,6 +36,7 @@
 
 PG_FUNCTION_INFO_V1(inbox_outbox_check);
 PG_FUNCTION_INFO_V1(inbox_outbox_check_headers);
+PG_FUNCTION_INFO_V1(inbox_outbox_trace_headers);
 PG_FUNCTION_INFO_V1(inbox_outbox_check_target);
 PG_FUNCTION_INFO_V1(inbox_outbox_limits);
 
@@ -249,6 +253,281 @@ inbox_outbox_check_headers(PG_FUNCTION_ARGS)
 {
 	check_headers(PG_GETARG_JSONB_P(0));
 	PG_RETURN_VOID();
+}
+
+/* ------------------------------------------------------------------------
+ * Trace context
+ *
+ * inbox.traceparent and inbox.tracestate hold the caller's W3C trace
+ * context, which a send copies into the message's headers under the same
+ * names.  The application sets them per transaction (SET LOCAL, or
+ * set_config(name, value, true)), so that a transaction pooler's next
+ * transaction on the session never inherits them; a session-level SET
+ * would.  Each value is checked when it is set, so that a send never
+ * fails on a setting it did not make, and the send reads the variables
+ * themselves: no catalog lookup per call.
+ * ------------------------------------------------------------------------
+ */
+
+static char *trace_parent = NULL;
+static char *trace_state = NULL;
+
+/* The longest tracestate W3C Trace Context asks vendors to propagate */
+#define TRACESTATE_MAX_BYTES 512
+/* The most list-members a tracestate may have */
+#define TRACESTATE_MAX_MEMBERS 32
+
+static bool
+is_lower_hex(const char *s, int len, bool *all_zero)
+{
+	*all_zero = true;
+	for (int i = 0; i < len; i++)
+	{
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+		if (s[i] != '0')
+			*all_zero = false;
+	}
+	return true;
+}
+
+/*
+ * version "00", a 32-digit trace id and a 16-digit parent id, neither all
+ * zeros, and 2 digits of flags, all lowercase hex, joined by dashes.
+ */
+static bool
+check_traceparent(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	bool		zero;
+	bool		parent_zero;
+
+	if (v == NULL || v[0] == '\0')
+		return true;
+	if (strlen(v) == 55 && strncmp(v, "00-", 3) == 0 && v[35] == '-' && v[52] == '-' &&
+		is_lower_hex(v + 3, 32, &zero) && !zero &&
+		is_lower_hex(v + 36, 16, &parent_zero) && !parent_zero &&
+		is_lower_hex(v + 53, 2, &zero))
+		return true;
+	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+	GUC_check_errdetail("A traceparent is \"00-\", a trace id of 32 lowercase hex digits, \"-\", "
+						"a parent id of 16, \"-\" and 2 of flags, and neither id is all zeros.");
+	GUC_check_errhint("Set it per transaction from the incoming request's traceparent header, "
+					  "with SET LOCAL, or to '' for none.");
+	return false;
+}
+
+static bool
+is_key_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+		c == '*' || c == '/';
+}
+
+/*
+ * One list-member of a tracestate, s[0 .. len - 1] without its optional
+ * white space: key "=" value, W3C Trace Context's syntax.
+ */
+static bool
+tracestate_member(const char *s, int len)
+{
+	const char *eq = memchr(s, '=', len);
+	const char *at;
+	int			klen;
+	int			vlen;
+
+	if (eq == NULL)
+		return false;
+	klen = eq - s;
+	vlen = len - klen - 1;
+	at = memchr(s, '@', klen);
+	if (at == NULL)
+	{
+		/* simple-key: lcalpha, then up to 255 key characters */
+		if (klen < 1 || klen > 256 || !(s[0] >= 'a' && s[0] <= 'z'))
+			return false;
+		for (int i = 1; i < klen; i++)
+			if (!is_key_char(s[i]))
+				return false;
+	}
+	else
+	{
+		/* tenant-id "@" system-id */
+		int			tlen = at - s;
+		int			slen = klen - tlen - 1;
+
+		if (tlen < 1 || tlen > 241 || slen < 1 || slen > 14 ||
+			!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')) ||
+			!(at[1] >= 'a' && at[1] <= 'z'))
+			return false;
+		for (int i = 1; i < tlen; i++)
+			if (!is_key_char(s[i]))
+				return false;
+		for (int i = 2; i <= slen; i++)
+			if (!is_key_char(at[i]))
+				return false;
+	}
+	/* value: up to 256 printable ASCII characters but "," and "=", not ending in a space */
+	if (vlen < 1 || vlen > 256 || eq[vlen] == ' ')
+		return false;
+	for (int i = 1; i <= vlen; i++)
+		if (eq[i] < 0x20 || eq[i] > 0x7e || eq[i] == ',' || eq[i] == '=')
+			return false;
+	return true;
+}
+
+/* At most 512 bytes of at most 32 list-members, joined by commas */
+static bool
+check_tracestate(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval;
+	int			len;
+	int			members = 0;
+	int			start = 0;
+	bool		valid;
+
+	if (v == NULL || v[0] == '\0')
+		return true;
+	len = strlen(v);
+	valid = len <= TRACESTATE_MAX_BYTES;
+	if (valid)
+	{
+		for (int i = 0; i <= len; i++)
+		{
+			int			b = start;
+			int			e = i;
+
+			if (i < len && v[i] != ',')
+				continue;
+			start = i + 1;
+			while (b < e && (v[b] == ' ' || v[b] == '\t'))
+				b++;
+			while (e > b && (v[e - 1] == ' ' || v[e - 1] == '\t'))
+				e--;
+			/* an empty list-member is allowed, and not counted */
+			if (b == e)
+				continue;
+			if (!tracestate_member(v + b, e - b) || ++members > TRACESTATE_MAX_MEMBERS)
+			{
+				valid = false;
+				break;
+			}
+		}
+	}
+	if (valid)
+		return true;
+	GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+	GUC_check_errdetail("A tracestate is at most %d bytes of at most %d list-members key=value, "
+						"separated by commas, as W3C Trace Context defines them.",
+						TRACESTATE_MAX_BYTES, TRACESTATE_MAX_MEMBERS);
+	GUC_check_errhint("Set it per transaction from the incoming request's tracestate header, "
+					  "with SET LOCAL, or to '' for none.");
+	return false;
+}
+
+void
+outbox_trace_init(void)
+{
+	DefineCustomStringVariable("inbox.traceparent",
+							   "The W3C traceparent that outbox_send copies into a message's headers.",
+							   "Set it per transaction, with SET LOCAL: a session-level SET outlives the "
+							   "transaction, and behind a transaction pooler reaches other clients' sends. "
+							   "An explicit traceparent header wins.",
+							   &trace_parent,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   check_traceparent, NULL, NULL);
+	DefineCustomStringVariable("inbox.tracestate",
+							   "The W3C tracestate that outbox_send copies into a message's headers.",
+							   "Set it per transaction, with SET LOCAL, beside inbox.traceparent; it is "
+							   "copied only with a traceparent.",
+							   &trace_state,
+							   "",
+							   PGC_USERSET,
+							   0,
+							   check_tracestate, NULL, NULL);
+}
+
+/* Whether headers (an object) has a header named name, in any case */
+static bool
+has_header(Jsonb *headers, const char *name)
+{
+	JsonbIterator *it = JsonbIteratorInit(&headers->root);
+	JsonbValue	v;
+	JsonbIteratorToken token;
+	int			len = strlen(name);
+
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (token == WJB_KEY && v.val.string.len == len &&
+			pg_strncasecmp(v.val.string.val, name, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+static void
+push_header(JsonbParseState **state, const char *name, const char *value)
+{
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = unconstify(char *, name);
+	v.val.string.len = strlen(name);
+	(void) pushJsonbValue(state, WJB_KEY, &v);
+	v.val.string.val = unconstify(char *, value);
+	v.val.string.len = strlen(value);
+	(void) pushJsonbValue(state, WJB_VALUE, &v);
+}
+
+/*
+ * A send's headers (0 for none, else checked) with the trace context of
+ * the settings added: the settings' traceparent, and their tracestate with
+ * it, unless the headers name a traceparent of their own (in any case),
+ * since a tracestate belongs to its traceparent; an explicit tracestate
+ * wins over the setting's.  Returns the headers to store, 0 for none.
+ * Without a traceparent set, the headers as they are, at no cost.
+ */
+Datum
+outbox_trace_headers(Datum headers)
+{
+	JsonbParseState *state = NULL;
+	Jsonb	   *given = NULL;
+	Datum		trace;
+
+	if (trace_parent == NULL || trace_parent[0] == '\0')
+		return headers;
+	if (headers != (Datum) 0)
+	{
+		given = DatumGetJsonbP(headers);
+		if (!JB_ROOT_IS_OBJECT(given) || has_header(given, "traceparent"))
+			return headers;
+	}
+	(void) pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	push_header(&state, "traceparent", trace_parent);
+	if (trace_state != NULL && trace_state[0] != '\0' &&
+		(given == NULL || !has_header(given, "tracestate")))
+		push_header(&state, "tracestate", trace_state);
+	trace = JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
+	if (given == NULL)
+		return trace;
+	return DirectFunctionCall2(jsonb_concat, trace, JsonbPGetDatum(given));
+}
+
+/*
+ * inbox.outbox_trace_headers(headers jsonb) -> jsonb: outbox_trace_headers,
+ * for the sends written in SQL (outbox_send_many), after their check of
+ * headers.
+ */
+Datum
+inbox_outbox_trace_headers(PG_FUNCTION_ARGS)
+{
+	Datum		headers = outbox_trace_headers(PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0));
+
+	if (headers == (Datum) 0)
+		PG_RETURN_NULL();
+	PG_RETURN_DATUM(headers);
 }
 
 /* inbox.outbox_check_target(target text): a route's or a fetch's target */

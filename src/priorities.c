@@ -87,40 +87,57 @@ static int	priority_age = 3600;
  * in all: an Append runs its branches in order and the LIMIT stops it, so
  * a later step runs only if the earlier ones left room.
  */
-#define OPEN_STEP(gate, low, low_id, until, filter) \
+#define OPEN_STEP(columns, gate, low, low_id, until, filter) \
 	" SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due" \
+	columns \
 	"  FROM inbox.entries_p%1$d e" \
 	" WHERE " gate " e.scope = $1 AND e.state <> 'd' AND e.state <> 'x'" \
 	"   AND (e.due, e.message_id) >= (" low ", " low_id ") AND e.due <= " until \
 	"   AND " filter INBOX_TAKEABLE_SQL("e") \
 	" ORDER BY e.due, e.message_id LIMIT $3 FOR UPDATE OF e SKIP LOCKED"
 
-static const InboxLeafStatement ranked_statement = {
-	"candidates by priority",
-	"WITH RECURSIVE levels(p) AS ("
-	" SELECT (SELECT pg_catalog.max(x.priority) FROM inbox.entries_p%1$d x"
-	"         WHERE x.scope = $1 AND x.priority IS NOT NULL AND x.state = 'p')"
-	" UNION ALL"
-	" SELECT (SELECT pg_catalog.max(x.priority) FROM inbox.entries_p%1$d x"
-	"         WHERE x.scope = $1 AND x.priority < l.p AND x.state = 'p')"
-	"   FROM levels l WHERE l.p IS NOT NULL) "
-	"SELECT c.*, 1 AS pass FROM (" OPEN_STEP("$8 AND", "$4", "$5", "$6", "") ") c "
-	"UNION ALL "
-	"SELECT c.*, 2 FROM levels l JOIN LATERAL ("
-	" SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due"
-	"  FROM inbox.entries_p%1$d e"
-	" WHERE e.scope = $1 AND e.priority = l.p AND e.state = 'p' AND e.due > $6 AND e.due <= $2"
-	" ORDER BY e.due, e.message_id LIMIT $3 FOR UPDATE OF e SKIP LOCKED) c ON true "
-	"UNION ALL "
-	"SELECT c.*, 3 FROM (" OPEN_STEP("", "CASE WHEN $8 THEN $7 ELSE $4 END",
-									  "CASE WHEN $8 THEN '' ELSE $5 END", "$2",
-									  "(e.priority IS NULL OR e.state = 'r') AND ") ") c "
-	"LIMIT $3",
-	{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, BOOLOID}
+/*
+ * The statement, with columns after the seven of deferred.c's candidates:
+ * none, or the headers for the SQL whose takes return them (1.2.0 on).
+ */
+#define RANKED_SQL(columns) \
+	"WITH RECURSIVE levels(p) AS (" \
+	" SELECT (SELECT pg_catalog.max(x.priority) FROM inbox.entries_p%1$d x" \
+	"         WHERE x.scope = $1 AND x.priority IS NOT NULL AND x.state = 'p')" \
+	" UNION ALL" \
+	" SELECT (SELECT pg_catalog.max(x.priority) FROM inbox.entries_p%1$d x" \
+	"         WHERE x.scope = $1 AND x.priority < l.p AND x.state = 'p')" \
+	"   FROM levels l WHERE l.p IS NOT NULL) " \
+	"SELECT c.*, 1 AS pass FROM (" OPEN_STEP(columns, "$8 AND", "$4", "$5", "$6", "") ") c " \
+	"UNION ALL " \
+	"SELECT c.*, 2 FROM levels l JOIN LATERAL (" \
+	" SELECT e.message_id, e.state, e.attempts, e.payload, e.payload_bytes, e.received_at, e.due" \
+	columns \
+	"  FROM inbox.entries_p%1$d e" \
+	" WHERE e.scope = $1 AND e.priority = l.p AND e.state = 'p' AND e.due > $6 AND e.due <= $2" \
+	" ORDER BY e.due, e.message_id LIMIT $3 FOR UPDATE OF e SKIP LOCKED) c ON true " \
+	"UNION ALL " \
+	"SELECT c.*, 3 FROM (" OPEN_STEP(columns, "", "CASE WHEN $8 THEN $7 ELSE $4 END", \
+									  "CASE WHEN $8 THEN '' ELSE $5 END", "$2", \
+									  "(e.priority IS NULL OR e.state = 'r') AND ") ") c " \
+	"LIMIT $3"
+
+static const InboxLeafStatement ranked_statements[2] = {
+	{
+		"candidates by priority",
+		RANKED_SQL(""),
+		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, BOOLOID}
+	},
+	{
+		"candidates by priority with headers",
+		RANKED_SQL(", e.headers"),
+		{TEXTOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, BOOLOID}
+	},
 };
 
-static SPIPlanPtr ranked_plans[INBOX_LEAVES];
+static SPIPlanPtr ranked_plans[2][INBOX_LEAVES];
 
 void
 priorities_init(void)
@@ -222,12 +239,12 @@ inbox_ranked_in_scope(int leaf, text *scope)
  * aged_first says whether the front is older than aged.  Fills values
  * (RANKED_NARGS of them) and returns the kept plan, and in *name the
  * statement's name; its rows are the candidates, in the columns of
- * deferred.c's and their step last.
+ * deferred.c's (with headers, their headers) and their step last.
  */
 SPIPlanPtr
 inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit, TimestampTz low,
-						text *low_id, TimestampTz aged, bool aged_first, Datum *values,
-						const char **name)
+						text *low_id, TimestampTz aged, bool aged_first, bool headers,
+						Datum *values, const char **name)
 {
 	values[0] = PointerGetDatum(scope);
 	values[1] = TimestampTzGetDatum(now);
@@ -238,6 +255,6 @@ inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit, Times
 	/* step 3 after step 1: right after its span */
 	values[6] = TimestampTzGetDatum(aged_first ? aged + 1 : low);
 	values[7] = BoolGetDatum(aged_first);
-	*name = ranked_statement.name;
-	return inbox_leaf_plan(&ranked_statement, ranked_plans, leaf);
+	*name = ranked_statements[headers].name;
+	return inbox_leaf_plan(&ranked_statements[headers], ranked_plans[headers], leaf);
 }

@@ -26,6 +26,7 @@ extern bool inbox_ranked_in_scope(int leaf, text *scope);
 
 extern SPIPlanPtr inbox_ranked_candidates(int leaf, text *scope, TimestampTz now, int limit,
 										  TimestampTz low, text *low_id, TimestampTz aged,
-										  bool aged_first, Datum *values, const char **name);
+										  bool aged_first, bool headers, Datum *values,
+										  const char **name);
 
 #endif							/* INBOX_PRIORITIES_H */

@@ -90,8 +90,8 @@ $coord->sql(q{
 	GRANT SELECT, INSERT ON orders TO billing_consumer, shipping_worker, intruder;
 	GRANT EXECUTE ON FUNCTION inbox_claim(text, text, bytea), inbox_status(text, text),
 		inbox_claim_many(text, text[], bytea[], text), inbox_result(text, text) TO billing_consumer, intruder;
-	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer),
-		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[]) TO shipping_receiver;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb),
+		inbox_receive_many(text, text[], jsonb[], bytea[], timestamptz, text, text[], integer[], jsonb[]) TO shipping_receiver;
 	GRANT EXECUTE ON FUNCTION inbox_poll(text, integer, interval, interval),
 		inbox_complete(text, uuid, jsonb), inbox_fail(text, uuid, text, interval),
 		inbox_extend(text, uuid, interval), inbox_result(text, text) TO shipping_worker;

@@ -103,6 +103,22 @@ is( $node->safe_psql('v110', q{
 	}),
 	"t|f\nt\nt\n0",
 	'a database still at 1.1.0 is served by this library: claims, receives, sends, purge');
+# Its takes return 1.1.0's columns, and its receives and sends are those of
+# a table without headers, whatever the trace context set
+is( $node->safe_psql('v110', q{
+		SELECT inbox_receive('d', 'r-2', '{}'::jsonb, NULL, NULL, NULL, 3);
+		SELECT count(*) FROM inbox_receive_many('d', ARRAY['r-3'], ARRAY['\x03']::bytea[]);
+		SELECT string_agg(message_id || ':' || coalesce(group_key, '-'), ' ' ORDER BY message_id)
+		  FROM inbox_take('d', 10);
+		SELECT string_agg(message_id, ' ') FROM inbox_poll('d', 10);
+		BEGIN;
+		SET LOCAL inbox.traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+		SELECT outbox_send('t', 'k', '{}'::jsonb) IS NOT NULL;
+		COMMIT;
+		SELECT (SELECT count(*) FROM inbox_take('d', 1)) + (SELECT count(*) FROM inbox_poll('d', 1));
+	}),
+	"t\n1\nr-1:g r-2:- r-3:-\n\nt\n0",
+	'and takes with its columns, messages above the default priority too, and sends with a trace context set');
 
 $log = $node->log_position;
 $node->sql('CREATE DATABASE v030');
@@ -168,9 +184,16 @@ my %bundle_of = map { split /\|/ } split /\n/, $node->safe_psql('v100',
 is( join("\n", map { "$documented_new[$_] " . ($bundle_of{ $documented_new[$_] } // 'owner only') } 0 .. $#notes),
 	join("\n", map { "$documented_new[$_] $notes[$_][2]" } 0 .. $#notes),
 	'and the bundle the notes name for it holds it');
-# 1.2.0 keeps every function identity of 1.1.0, so that grants by identity
-# survive the update, and every call shape of 1.0.0 and 1.1.0, positional
-# and named, resolves and runs as before in both updated databases.
+# 1.2.0 keeps every function identity of 1.1.0 but those its Upgrading
+# notes list, with the identity that replaces each, and every call shape of
+# 1.0.0 and 1.1.0, positional and named, resolves and runs as before in
+# both updated databases.
+my ($notes_120) = slurp_file("$FindBin::RealBin/../../CHANGELOG.md")
+  =~ /^## 1\.2\.0\b.*?^### Upgrading\n(.*?)(?=^##)/ms;
+ok(defined $notes_120, 'CHANGELOG.md has an Upgrading section under 1.2.0');
+my @notes_120 = map { [ /^\|\s*`([^`]+)`\s*\|\s*`([^`]+)`\s*\|\s*`(\w+)`\s*\|/ ] }
+  grep { /^\|\s*`/ } split /\n/, $notes_120 // '';
+my @documented_110 = $resolve->('v110', map { $_->[0] } @notes_120);
 my %in_110_v110 = map { $_ => 1 } split /\n/, $node->safe_psql('v110', $identities);
 for my $db ('v100', 'v110')
 {
@@ -181,8 +204,16 @@ for my $db ('v100', 'v110')
 my %in_120 = map { $_ => 1 } split /\n/, $node->safe_psql('v110', $identities);
 is($node->safe_psql('v100', 'SELECT count(*) FROM inbox_bundles'), '52',
 	'the update to 1.2.0 adds ingest to the bundles: the subscriptions, the source schemes and the rejects');
-is(join("\n", sort grep { !$in_120{$_} } keys %in_110_v110), '',
-	'1.2.0 has every function identity of 1.1.0');
+is(join("\n", sort grep { !$in_120{$_} } keys %in_110_v110), join("\n", sort @documented_110),
+	'1.2.0 has every function identity of 1.1.0 but those its Upgrading notes list');
+my @documented_120 = $resolve->('v110', map { $_->[1] } @notes_120);
+is(join("\n", grep { /^\(none\)/ || !$in_120{$_} } @documented_120), '',
+	'each identity that replaces one is a function of 1.2.0');
+%bundle_of = map { split /\|/ } split /\n/, $node->safe_psql('v110',
+	q{SELECT to_regprocedure(object)::text || '|' || bundle FROM inbox_bundles WHERE object_type = 'function'});
+is( join("\n", map { "$documented_120[$_] " . ($bundle_of{ $documented_120[$_] } // 'owner only') } 0 .. $#notes_120),
+	join("\n", map { "$documented_120[$_] $notes_120[$_][2]" } 0 .. $#notes_120),
+	'and the bundle the notes name for it holds it');
 my $shapes = q{
 	SELECT inbox_claim('c', 'm-1'), inbox_claim(scope => 'c', message_id => 'm-2', payload_hash => '\x01');
 	SELECT inbox_claim_many('c', ARRAY['m-3', 'm-4']) IS NOT NULL;
@@ -201,12 +232,24 @@ my $shapes = q{
 	SELECT cardinality(outbox_send_many('t', ARRAY['k1', 'k2'], ARRAY['{}', '{}']::jsonb[]));
 	SELECT inbox_claim_offset('s', 'stream', 1), (SELECT pending FROM inbox_depth('r')) >= 0;
 };
+# 1.2.0's own shapes, on the updated databases: headers last, by position
+# and by name, taken back last
+my $shapes_120 = q{
+	SELECT inbox_receive('h', 'h-1', '{}'::jsonb, NULL, NULL, NULL, 0, '{"a": "1"}'),
+		   inbox_receive(scope => 'h', message_id => 'h-2', payload => '\x02'::bytea, headers => '{"b": "2"}');
+	SELECT count(*) FROM inbox_receive_many('h', ARRAY['h-3'], ARRAY['{}']::jsonb[], NULL, NULL, 'raise', NULL, NULL,
+											ARRAY['{"c": "3"}']::jsonb[]);
+	SELECT string_agg(message_id || '=' || headers::text, ' ' ORDER BY message_id) FROM inbox_take('h', 10);
+};
 for my $db ('v100', 'v110')
 {
 	my ($src, $sout, $serr) = $node->psql($db, $shapes);
 	is($serr, '', "$db at 1.2.0: the call shapes of 1.0.0 and 1.1.0 resolve without error");
 	like($sout, qr/\At\|t\nt\nt\n1\nt\|t\|t\|t\n2\n1\n2\n4\n\|pending\nt\|t\n2\nt\|t\z/,
 		"$db at 1.2.0: and answer as before") or diag($sout);
+	is($node->safe_psql($db, $shapes_120),
+		qq{t|t\n1\nh-1={"a": "1"} h-2={"b": "2"} h-3={"c": "3"}},
+		"$db at 1.2.0: receives take headers last, and takes return them");
 }
 $node->safe_psql('v030', 'ALTER EXTENSION inbox UPDATE');
 is($node->safe_psql('v030', q{SELECT inbox_claim('b', 'm-1')}),

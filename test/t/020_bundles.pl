@@ -357,7 +357,7 @@ $node->safe_psql('later', q{
 	CREATE ROLE later_receiver;
 	CREATE ROLE later_partial;
 	SELECT inbox_grant_bundle('later_receiver', 'receiver');
-	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer) TO later_partial;
+	GRANT EXECUTE ON FUNCTION inbox_receive(text, text, jsonb, bytea, timestamptz, text, integer, jsonb) TO later_partial;
 	CREATE FUNCTION inbox_receive_later(scope text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
 	REVOKE ALL ON FUNCTION inbox_receive_later(text) FROM PUBLIC;
 	SELECT inbox.bundle_add('receiver', 'function', 'public.inbox_receive_later(text)');

@@ -6,10 +6,11 @@
 # know nothing of them.  Two passes, plan_cache_mode = force_generic_plan
 # and auto, each in a new session (so plans are made anew), run every API
 # that works per message: claims, single and batch; receives plain,
-# grouped, with a priority, delayed, and inbox_receive_many; take and
+# grouped, with a priority, delayed, with headers, and inbox_receive_many
+# (with headers too); take and
 # poll, then complete (by id and by receipt), fail, extend and requeue;
-# a group's release; offsets; the content window; outbox_send,
-# outbox_send_many, fetch, ack and fail.  It fails when:
+# a group's release; offsets; the content window; outbox_send (with a
+# trace context too), outbox_send_many, fetch, ack and fail.  It fails when:
 #   - auto_explain shows one of our statements scanning one of our
 #     tables sequentially, or an index of ours with a condition on the
 #     scope (or topic) alone, outside the short allow-list below of
@@ -138,6 +139,13 @@ my @calls = (
 		q{SELECT inbox_receive('{S}', 'rp-{N}', '{}'::jsonb, priority => 5)} ],
 	[ 'receive, delayed', '',
 		q{SELECT inbox_receive('{S}', 'rd-{N}', '{}'::jsonb, not_before => now() + '1 day')} ],
+	[ 'receive, headers', '',
+		q{SELECT inbox_receive('{S}', 'rh-{N}', '{}'::jsonb, headers => '{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}')} ],
+	[ 'receive, headers and a priority', '',
+		q{SELECT inbox_receive('{S}', 'rhp-{N}', '\x01'::bytea, priority => 4, headers => '{"h": "v"}')} ],
+	[ 'receive_many, headers', '',
+		q{SELECT count(*) FROM inbox_receive_many('{S}', ARRAY['rmh-{N}-1', 'rmh-{N}-2'],
+			ARRAY['{}', '{}']::jsonb[], headers => ARRAY['{"h": "1"}', NULL]::jsonb[])} ],
 	[ 'receive_many, grouped', '',
 		q{SELECT count(*) FROM inbox_receive_many('{S}', ARRAY['rm-{N}-1', 'rm-{N}-2'],
 			ARRAY['{}', '{}']::jsonb[], group_keys => ARRAY['g-8', 'g-9'])} ],
@@ -163,6 +171,10 @@ my @calls = (
 	[ 'outbox_send', '', q{SELECT outbox_send('{S}', 'key-7', '{}'::jsonb) IS NOT NULL} ],
 	[ 'outbox_send_many', '',
 		q{SELECT cardinality(outbox_send_many('{S}', ARRAY['key-8', 'key-9'], ARRAY['{}', '{}']::jsonb[]))} ],
+	[ 'outbox_send, a trace context', '',
+		q{SELECT outbox_send('{S}', 'key-7', '{}'::jsonb, '{"h": "v"}') IS NOT NULL
+			FROM (SELECT set_config('inbox.traceparent',
+									'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', true)) AS t} ],
 	[ 'outbox_fetch', '', q{SELECT count(*) FROM outbox_fetch('https://sink.invalid/{S}', 1)} ],
 	[ 'outbox_ack',
 		q{TRUNCATE pg_temp.held; INSERT INTO pg_temp.held SELECT id::text, receipt FROM outbox_fetch('https://sink.invalid/{S}', 1)},
