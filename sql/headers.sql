@@ -76,6 +76,17 @@ SELECT outbox_send('traced', 'k', '{"n": 4}'::jsonb, '{"tracestate": "mine=1"}')
 SELECT outbox_send_many('traced', ARRAY['k', 'k'], ARRAY['{"n": 5}', '{"n": 6}']::jsonb[]) IS NOT NULL AS sent;
 SELECT outbox_send('traced', 'k', '\x07'::bytea, id => '018f0000-0000-7000-8000-000000000007') IS NOT NULL AS sent;
 COMMIT;
+-- A retry with its id under another trace is the same message, which keeps
+-- the first send's trace context; other headers or content are IB002
+BEGIN;
+SET LOCAL inbox.traceparent = '00-99999999999999999999999999999999-00f067aa0ba902b7-01';
+SELECT outbox_send('traced', 'k', '\x07'::bytea, id => '018f0000-0000-7000-8000-000000000007')
+	= '018f0000-0000-7000-8000-000000000007' AS same;
+SELECT left(regress.try($$SELECT outbox_send('traced', 'k', '\x07'::bytea, '{"x-other": "1"}',
+											  id => '018f0000-0000-7000-8000-000000000007')$$), 60);
+COMMIT;
+SELECT outbox_send('traced', 'k', '\x07'::bytea, id => '018f0000-0000-7000-8000-000000000007')
+	= '018f0000-0000-7000-8000-000000000007' AS same;
 -- Gone after COMMIT: the next transaction's sends carry nothing
 SELECT current_setting('inbox.traceparent') = '' AS unset;
 SELECT outbox_send('traced', 'k', '{"n": 8}'::jsonb) IS NOT NULL AS sent;

@@ -867,3 +867,43 @@ BEGIN
 	RETURN ids;
 END
 $$;
+
+/* ------------------------------------------------------------------------
+ * Outbox: a retried send is compared without its trace context
+ */
+-- Headers without the trace context (traceparent, tracestate, in any
+-- case), NULL when nothing else is left: what a retried send's headers
+-- are compared on, since a retry may run under another trace
+CREATE FUNCTION inbox.outbox_untraced(headers jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT pg_catalog.jsonb_object_agg(e.key, e.value)
+	  FROM pg_catalog.jsonb_each(headers) AS e
+	 WHERE pg_catalog.lower(e.key COLLATE "C") OPERATOR(pg_catalog.<>) ALL (ARRAY['traceparent', 'tracestate'])
+$$;
+
+CREATE OR REPLACE FUNCTION inbox.outbox_same(old inbox.outbox_messages, p_topic text, p_key text,
+								  p_payload jsonb, p_bytes bytea, p_headers jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF (old.topic, old.key, old.payload, old.payload_bytes, inbox.outbox_untraced(old.headers))
+	   IS DISTINCT FROM (p_topic, p_key, p_payload, p_bytes, inbox.outbox_untraced(p_headers)) THEN
+		RAISE EXCEPTION 'outbox message % was sent with other content', old.id
+			USING ERRCODE = 'IB002',
+				  DETAIL = CASE WHEN old.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C" THEN
+							   pg_catalog.format('It was sent to this topic with key "%s"; its topic, key, '
+												 'payload and headers (but their trace context) must all be the same again.',
+												 inbox.quote(old.key))
+						   ELSE 'It was not sent to this topic; its topic, key, payload and headers '
+								'(but their trace context) must all be the same again.' END,
+				  HINT = 'A retried send keeps its id and its content; a new message needs a new id.';
+	END IF;
+END
+$$;
+
+REVOKE ALL ON FUNCTION inbox.outbox_untraced(jsonb) FROM PUBLIC;

@@ -3917,6 +3917,19 @@ $$;
  * topic, perhaps one reserved to other roles, is answered without its
  * topic or key.
  */
+-- Headers without the trace context (traceparent, tracestate, in any
+-- case), NULL when nothing else is left: what a retried send's headers
+-- are compared on, since a retry may run under another trace
+CREATE FUNCTION inbox.outbox_untraced(headers jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT pg_catalog.jsonb_object_agg(e.key, e.value)
+	  FROM pg_catalog.jsonb_each(headers) AS e
+	 WHERE pg_catalog.lower(e.key COLLATE "C") OPERATOR(pg_catalog.<>) ALL (ARRAY['traceparent', 'tracestate'])
+$$;
+
 CREATE FUNCTION inbox.outbox_same(old inbox.outbox_messages, p_topic text, p_key text,
 								  p_payload jsonb, p_bytes bytea, p_headers jsonb)
 RETURNS void
@@ -3924,16 +3937,16 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	IF (old.topic, old.key, old.payload, old.payload_bytes, old.headers)
-	   IS DISTINCT FROM (p_topic, p_key, p_payload, p_bytes, p_headers) THEN
+	IF (old.topic, old.key, old.payload, old.payload_bytes, inbox.outbox_untraced(old.headers))
+	   IS DISTINCT FROM (p_topic, p_key, p_payload, p_bytes, inbox.outbox_untraced(p_headers)) THEN
 		RAISE EXCEPTION 'outbox message % was sent with other content', old.id
 			USING ERRCODE = 'IB002',
 				  DETAIL = CASE WHEN old.topic OPERATOR(pg_catalog.=) p_topic COLLATE "C" THEN
 							   pg_catalog.format('It was sent to this topic with key "%s"; its topic, key, '
-												 'payload and headers must all be the same again.',
+												 'payload and headers (but their trace context) must all be the same again.',
 												 inbox.quote(old.key))
 						   ELSE 'It was not sent to this topic; its topic, key, payload and headers '
-								'must all be the same again.' END,
+								'(but their trace context) must all be the same again.' END,
 				  HINT = 'A retried send keeps its id and its content; a new message needs a new id.';
 	END IF;
 END
@@ -5007,6 +5020,7 @@ REVOKE ALL ON FUNCTION inbox.outbox_heads(text, integer, timestamptz) FROM PUBLI
 REVOKE ALL ON FUNCTION inbox.outbox_sleep(text, bigint, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_write(text, text, jsonb, bytea, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_same(inbox.outbox_messages, text, text, jsonb, bytea, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION inbox.outbox_untraced(jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_send(text, text, jsonb, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_send(text, text, bytea, jsonb, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION inbox.outbox_send_many(text, text[], jsonb[], jsonb) FROM PUBLIC;

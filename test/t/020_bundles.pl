@@ -174,7 +174,7 @@ is($out, "t\nt\n2", 'publisher: four messages sent');
 });
 ok($ok, 'relay: targets, fetch, ack, fail, report, the schemes, the subscriptions and a reject run as the relay role')
   or diag($err);
-is($out, "1\n4\nt\ndead\n1\n6\namqp://rabbit.example/v?queue=q\n2\n",
+is($out, "1\n4\nt\ndead\n1\n8\namqp://rabbit.example/v?queue=q\n4\n",
 	'relay: four fetched, three delivered, one dead, one route reported, one reject recorded');
 
 # A dead letter for the operator to requeue
@@ -205,7 +205,7 @@ $node->sql(q{
 	SELECT count(*) FROM inbox_ingest_rejects;
 });
 ok($ok, 'operator: every view, requeue and the schemes, as the operator role') or diag($err);
-is($out, "t\npoison\n0\n0\n0\n17\n\n0\n3\n1\n1\n0\ncannot connect\n6\n1\n2\n\n0",
+is($out, "t\npoison\n0\n0\n0\n17\n\n0\n3\n1\n1\n0\ncannot connect\n8\n1\n4\n\n0",
 	'operator: the dead letters were seen and requeued, the ingest reject forgotten');
 
 # --- what each role may not do --------------------------------------------------------
