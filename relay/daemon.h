@@ -95,6 +95,7 @@ extern int	relay_metrics_start(const char *address);
 extern void relay_metrics_child(const char *target);
 extern double relay_metrics_fetched(int n);
 extern void relay_metrics_settled(const RelayResult *results, int n, double started);
+extern void relay_metrics_counted(int delivered, int n, double started);
 extern void relay_metrics_dead(void);
 
 /* heartbeat.c */

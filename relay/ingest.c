@@ -429,13 +429,17 @@ test_pause(void)
 	}
 }
 
-/* Write a batch, then acknowledge what committed, hand back the rest */
-static void
+/*
+ * Write a batch, then acknowledge what committed, hand back the rest.
+ * How many were written and acknowledged.
+ */
+static int
 settle(Ingest *g, const RelayIngest *m, int n)
 {
 	Item	   *it = malloc(n * sizeof(Item));
 	char		error[RELAY_ERROR_SIZE] = "";
-	int			done;
+	int			done,
+				acked = 0;
 
 	for (int i = 0; i < n; i++)
 		make_item(g, &m[i], &it[i]);
@@ -462,8 +466,12 @@ settle(Ingest *g, const RelayIngest *m, int n)
 			g->src->close(g->in);
 			g->in = NULL;
 		}
-		else if (done < n)
-			g->src->release(g->in);
+		else
+		{
+			acked = done;
+			if (done < n)
+				g->src->release(g->in);
+		}
 		relay_debug(1, "%d message(s) written and acknowledged, %d handed back", done, n - done);
 		g->delay = 0;
 	}
@@ -482,6 +490,7 @@ settle(Ingest *g, const RelayIngest *m, int n)
 	for (int i = 0; i < n; i++)
 		free(it[i].headers);
 	free(it);
+	return acked;
 }
 
 /*
@@ -562,6 +571,7 @@ relay_ingest(const char *scope, const char *source)
 	RelayIngest *m = NULL;
 	int			status = 0;
 	bool		reread = true;
+	double		idle_beat = 0;
 
 	relay_log_prefix(source);
 	if ((g.src = relay_source_for(source)) == NULL)
@@ -569,6 +579,8 @@ relay_ingest(const char *scope, const char *source)
 		relay_log("no source for this scheme: this relay reads none");
 		return RELAY_EXIT_UNSERVED;
 	}
+	/* Its counts, in --metrics and outbox_relays, as a target's are */
+	relay_metrics_child(source);
 	while (!relay_stopping)
 	{
 		char		error[RELAY_ERROR_SIZE] = "";
@@ -636,8 +648,22 @@ relay_ingest(const char *scope, const char *source)
 		if (n == 0 && relay_options.once)
 			break;
 		if (n > 0)
-			settle(&g, m, n);
+		{
+			double		started = relay_metrics_fetched(n);
+
+			relay_metrics_counted(settle(&g, m, n), n, started);
+		}
 		relay_ingest_free(m, n);
+		if (g.conn != NULL)
+		{
+			relay_beat_fetched(g.conn, source, n > 0);
+			/* An idle source's row says it is alive once per --wait */
+			if (n == 0 && relay_now() - idle_beat >= relay_options.wait_seconds)
+			{
+				relay_beat_idle(g.conn, source);
+				idle_beat = relay_now();
+			}
+		}
 		if (g.conn != NULL && subscription_changed(&g))
 			reread = true;
 	}

@@ -156,10 +156,7 @@ relay_metrics_fetched(int n)
 void
 relay_metrics_settled(const RelayResult *results, int n, double started)
 {
-	uint64_t	delivered = 0,
-				us;
-	double		seconds = relay_now() - started;
-	int			i;
+	int			delivered = 0;
 
 	if (results == NULL)
 	{
@@ -167,9 +164,24 @@ relay_metrics_settled(const RelayResult *results, int n, double started)
 			__atomic_sub_fetch(&mine->in_flight, n, __ATOMIC_RELAXED);
 		return;
 	}
-	for (i = 0; i < n; i++)
+	for (int i = 0; i < n; i++)
 		if (results[i] == RELAY_DELIVERED)
 			delivered++;
+	relay_metrics_counted(delivered, n, started);
+}
+
+/*
+ * A batch of n messages fetched at started settled, delivered of them
+ * delivered (for a source: written into the inbox and acknowledged), the
+ * others failed (handed back)
+ */
+void
+relay_metrics_counted(int delivered, int n, double started)
+{
+	uint64_t	us;
+	double		seconds = relay_now() - started;
+	int			i;
+
 	relay_counts.delivered += delivered;
 	relay_counts.failed += n - delivered;
 	if (mine == NULL)

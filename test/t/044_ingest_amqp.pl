@@ -19,6 +19,7 @@
 #   - faults: the database restarted, the scope's grant revoked for a
 #     while, the broker restarted: nothing lost, nothing doubled, the
 #     queue at 0 at the end;
+#   - a source's process beats in outbox_relays, with what it wrote;
 #   - two relays on one queue declared x-single-active-consumer: one
 #     consumes, the other stands by and takes over when the first is
 #     killed, and each key keeps its order.
@@ -191,6 +192,12 @@ my $r2 = start_relay($r2_log);
 ok(wait_until(60, sub { count_stored('orders') == 30 && ready('orders') == 0 }),
 	'a second relay writes the rest')
   or diag(log_of($r2_log));
+# Its process beats in outbox_relays, as a target's does: 20 new messages
+# written and acknowledged, and the 10 of the killed relay's batch, found
+# again as duplicates and acknowledged
+ok(wait_until(30, sub { sql(qq{SELECT delivered FROM outbox_relays WHERE target = '$source'}) eq '30' }),
+	'the source\'s process has its row in outbox_relays, with what it wrote and acknowledged')
+  or diag(sql('SELECT target, delivered, failed FROM outbox_relays'));
 stop_relay($r2);
 is(stored('orders'), ids('m', 1, 30), 'after the kill, every message is in the inbox once');
 is(ready('orders'), 0, 'and the queue is empty: the batch delivered again was acknowledged as duplicates');
