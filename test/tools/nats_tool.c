@@ -5,9 +5,9 @@
  *	  nats:// target and source, built by the test suite with
  *	  cc nats_tool.c $(pkg-config --cflags --libs libnats).
  *
- *	  nats_tool URL stream STREAM SUBJECT [MAX_MSG_SIZE]
+ *	  nats_tool URL stream STREAM SUBJECT [MAX_MSG_SIZE [DUPLICATE_WINDOW_S]]
  *	      create a file stream capturing SUBJECT (a two-minute
- *	      duplicate window)
+ *	      duplicate window by default; MAX_MSG_SIZE 0 for none)
  *	  nats_tool URL consumer STREAM DURABLE ACK_WAIT_S MAX_ACK_PENDING
  *	      create a durable pull consumer with explicit acks
  *	  nats_tool URL publish
@@ -175,8 +175,10 @@ main(int argc, char **argv)
 		sc.SubjectsLen = 1;
 		sc.Storage = js_FileStorage;
 		sc.Duplicates = (int64_t) 120 * 1000 * 1000 * 1000;
-		if (argc >= 6)
+		if (argc >= 6 && atoi(argv[5]) > 0)
 			sc.MaxMsgSize = atoi(argv[5]);
+		if (argc >= 7)
+			sc.Duplicates = (int64_t) atoi(argv[6]) * 1000 * 1000 * 1000;
 		check(js_AddStream(&si, js, &sc, NULL, &jerr), jerr, "creating the stream");
 		jsStreamInfo_Destroy(si);
 	}
