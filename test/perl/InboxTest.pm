@@ -704,4 +704,86 @@ sub make_tls_certificates
 	return;
 }
 
+# --- NATS JetStream -------------------------------------------------------------------
+
+# Debian's nats-server (in /usr/sbin)
+sub nats_server
+{
+	return (grep { -x $_ } '/usr/sbin/nats-server', '/usr/bin/nats-server')[0] // '/usr/sbin/nats-server';
+}
+
+# Whether a private nats-server can run here and test/tools/nats_tool.c be
+# built (libnats-dev, nats-server)
+sub have_nats
+{
+	return -x nats_server() && system('pkg-config --exists libnats') == 0;
+}
+
+# test/tools/nats_tool.c built into $dir; its path.  Dies with the
+# compiler's words.
+sub build_nats_tool
+{
+	my ($dir) = @_;
+	my $src = File::Basename::dirname(__FILE__) . "/../tools/nats_tool.c";
+	my $tool = "$dir/nats_tool";
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'sh', '-c', "cc -O1 -o '$tool' '$src' \$(pkg-config --cflags --libs libnats)" ],
+		'>', \$out, '2>', \$err)
+	  or die "building nats_tool: $err";
+	return $tool;
+}
+
+# Run nats_tool against the server at $port: @args after the URL, $stdin
+# (optional) on its stdin; its stdout's lines.  Dies with its stderr.
+sub nats_tool
+{
+	my ($tool, $port, $stdin, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $tool, "nats://127.0.0.1:$port", @args ], '<', \($stdin // ''), '>', \$out, '2>', \$err,
+		IPC::Run::timeout(60))
+	  or die "nats_tool @args: $err";
+	return split /\n/, $out;
+}
+
+# Each nats-server started, by its directory: its port
+my %nats_started;
+
+# Start a private nats-server with JetStream (nats-server -js), listening
+# on loopback at a free port, its store in $dir/store, in a process group
+# of its own; wait until it accepts connections.  Returns (port, process
+# group, whether it is up).  The caller kills the group in its END block.
+sub start_nats
+{
+	my ($dir) = @_;
+	mkdir $dir or die "mkdir $dir: $!";
+	$nats_started{$dir} = PostgreSQL::Test::Cluster::get_free_port();
+	my ($pgid, $up) = run_nats($dir);
+	return ($nats_started{$dir}, $pgid, $up);
+}
+
+# The nats-server of $dir started (again, after start_nats, once the
+# caller killed its group: its streams and consumers kept on disk, on the
+# same port); returns (process group, whether it is up)
+sub run_nats
+{
+	my ($dir) = @_;
+	my $port = $nats_started{$dir};
+	my $pgid = start_group("$dir/server.log", {}, nats_server(), '-js', '-a', '127.0.0.1',
+		'-p', $port, '-sd', "$dir/store");
+	for (1 .. 300)
+	{
+		my $socket = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Proto => 'tcp');
+		if ($socket)
+		{
+			close $socket;
+			# JetStream is ready once the server logs it
+			return ($pgid, 1)
+			  if PostgreSQL::Test::Utils::slurp_file("$dir/server.log") =~ /Server is ready/;
+		}
+		last if waitpid($pgid, POSIX::WNOHANG()) != 0;
+		Time::HiRes::sleep(0.1);
+	}
+	return ($pgid, 0);
+}
+
 1;
