@@ -164,6 +164,11 @@ extern const RelayTransport relay_https;
 extern const RelayTransport relay_postgresql;
 extern const RelayTransport relay_postgres;
 
+#ifdef RELAY_HAVE_KAFKA
+extern const RelayTransport relay_kafka;
+extern const RelaySource relay_kafka_source;
+#endif
+
 /* Options the transports read (set by inbox-relay.c's main) */
 /* How long a target may take to confirm a message, in seconds (--timeout) */
 extern int	relay_timeout;

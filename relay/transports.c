@@ -18,12 +18,20 @@
 #include "daemon.h"
 
 static const RelayTransport *const transports[] = {
-	&relay_amqp, &relay_amqps, &relay_http, &relay_https, &relay_postgresql, &relay_postgres
+	&relay_amqp, &relay_amqps, &relay_http, &relay_https, &relay_postgresql, &relay_postgres,
+#ifdef RELAY_HAVE_KAFKA
+	&relay_kafka,
+#endif
 };
 
 #define NTRANSPORTS ((int) (sizeof(transports) / sizeof(transports[0])))
 
-static const RelaySource *const sources[] = {&relay_amqp_source, &relay_amqps_source};
+static const RelaySource *const sources[] = {
+	&relay_amqp_source, &relay_amqps_source,
+#ifdef RELAY_HAVE_KAFKA
+	&relay_kafka_source,
+#endif
+};
 
 #define NSOURCES ((int) (sizeof(sources) / sizeof(sources[0])))
 
