@@ -774,7 +774,9 @@ sub stop_kafka_mock
 #     each { partition, offset, key, value, headers => [[name, value]] }
 #     with key, value and header values in hex (undef for null);
 #   [ 'produce', TOPIC, [ { key, value, headers => [[name, value]] } ] ]:
-#     produced and flushed (values as text; a header value undef is null);
+#     produced and flushed (values as text; key_hex instead of key, and a
+#     third element 'hex' after a header's value, for bytes in hex; a
+#     header value undef is null);
 #   [ 'lag', TOPIC, GROUP ]: the sum over the partitions of the high
 #     watermark less the group's committed offset (the low watermark when
 #     it has none).
@@ -815,10 +817,11 @@ for op in json.load(sys.stdin):
     elif op[0] == 'produce':
         p = Producer({'bootstrap.servers': bs, 'enable.idempotence': True, 'log_level': 0})
         for m in op[2]:
-            p.produce(op[1], value=m['value'].encode('utf-8'),
-                      key=m['key'].encode('utf-8') if m.get('key') is not None else None,
-                      headers=[(h[0], h[1].encode('utf-8') if h[1] is not None else None)
-                               for h in m.get('headers', [])])
+            key = bytes.fromhex(m['key_hex']) if 'key_hex' in m else \
+                m['key'].encode('utf-8') if m.get('key') is not None else None
+            p.produce(op[1], value=m['value'].encode('utf-8'), key=key,
+                      headers=[(h[0], None if h[1] is None else bytes.fromhex(h[1]) if len(h) > 2
+                                else h[1].encode('utf-8')) for h in m.get('headers', [])])
             p.poll(0)
         if p.flush(30) != 0:
             raise Exception('not every message was produced')

@@ -19,6 +19,10 @@
 #     relay SIGKILLed meanwhile, the brokers down and up;
 #   - two relays in one group: the partitions shared, one stopped and
 #     another joining (rebalances): each key keeps its order;
+#   - hostile strings: ids with quotes, UTF-8 and spaces, a 1,024-byte
+#     key, a tab, arrive exactly, one message each; a header value that is
+#     not UTF-8 (or holds a NUL) is left out, and a message-id such is
+#     replaced by topic/partition/offset;
 #   - at the end nothing is lost or doubled, and each group's lag (the high
 #     watermarks less the committed offsets, read with confluent-kafka) is 0;
 #   - check: the topic found, a missing one reported.
@@ -264,6 +268,33 @@ is_deeply(
 	{ map { my $k = $_; ("k$k" => [ map { sprintf('s%02d', $_) } grep { $_ % 6 == $k } 1 .. 90 ]) } 0 .. 5 },
 	'each key keeps its order across the rebalances');
 is(lag('orders', 'g1'), 0, 'the lag of the first group is 0 at the end');
+
+# --- hostile strings: ids, keys and headers arrive exactly, one message each ----------------
+# Bytes are given in hex: the strings of this file are UTF-8 bytes.
+sub hex_of { return unpack('H*', $_[0]) }
+InboxTest::kafka_mock($mock, 'topic strings 1');
+sql(q{SELECT inbox_grant('strings', 'ingest_relay')});
+my $strings = "kafka://$bs/strings?group=g4";
+sql(qq{SELECT inbox_subscribe('strings', '$strings', '{"group_key": "routing_key"}')});
+my $long_key = 'k-long-' . ('é' x 508) . 'z';    # 1,024 bytes
+my %hostile = (
+	q{id "quoted" 'single' \\back ключ 🔑} => 'k "q" ключ',
+	'id-long-key' => $long_key,
+	'id with  spaces, ; = &' => "k\ttab",
+);
+InboxTest::run_kafka($bs, [ 'produce', 'strings', [
+	(map { { key_hex => hex_of($hostile{$_}), value => '{}',
+		headers => [ [ 'message-id', hex_of($_), 'hex' ], [ 'X-Bin', 'ff00fe', 'hex' ] ] } } sort keys %hostile),
+	{ key_hex => hex_of('k-bad-id'), value => '{}', headers => [ [ 'message-id', 'c3', 'hex' ] ] } ] ]);
+my $rs = start_relay("$tmp/relay-strings.log");
+ok(wait_until(60, sub { count_stored('strings') == 4 && lag('strings', 'g4') == 0 }),
+	'hostile ids and keys go in, each once')
+  or diag(log_of("$tmp/relay-strings.log"));
+stop_relay($rs);
+my %got = map { split /\x01/, $_, 2 } split /\x02/,
+  sql(q{SELECT string_agg(message_id || chr(1) || group_key, chr(2)) FROM inbox_take('strings', 10)});
+is_deeply(\%got, { %hostile, 'strings/0/3' => 'k-bad-id' },
+	'ids and keys byte for byte; a message-id that is not UTF-8 left out for topic/partition/offset');
 
 # --- check ------------------------------------------------------------------------------------
 my $missing = "kafka://$bs/missing?group=g3";
