@@ -176,6 +176,10 @@ extern const RelayTransport relay_postgres;
 extern const RelayTransport relay_nats;
 extern const RelaySource relay_nats_source;
 #endif
+#ifdef RELAY_HAVE_KAFKA
+extern const RelayTransport relay_kafka;
+extern const RelaySource relay_kafka_source;
+#endif
 
 /* Options the transports read (set by inbox-relay.c's main) */
 /* How long a target may take to confirm a message, in seconds (--timeout) */

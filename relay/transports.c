@@ -22,6 +22,9 @@ static const RelayTransport *const transports[] = {
 #ifdef RELAY_HAVE_NATS
 	&relay_nats,
 #endif
+#ifdef RELAY_HAVE_KAFKA
+	&relay_kafka,
+#endif
 };
 
 #define NTRANSPORTS ((int) (sizeof(transports) / sizeof(transports[0])))
@@ -30,6 +33,9 @@ static const RelaySource *const sources[] = {
 	&relay_amqp_source, &relay_amqps_source,
 #ifdef RELAY_HAVE_NATS
 	&relay_nats_source,
+#endif
+#ifdef RELAY_HAVE_KAFKA
+	&relay_kafka_source,
 #endif
 };
 

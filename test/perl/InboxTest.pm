@@ -533,6 +533,9 @@ sub relay_or_skip
 	  unless -x $relay;
 	Test::More::plan(skip_all => 'rabbitmq-server or python3-pika not found (test/tools/ensure-deps.sh)')
 	  if $opts{rabbitmq} && !have_rabbitmq();
+	Test::More::plan(skip_all => 'librdkafka-dev or python3-confluent-kafka not found, or the relay '
+		  . 'was built without kafka:// (test/tools/ensure-deps.sh)')
+	  if $opts{kafka} && !have_kafka($relay);
 	return $relay;
 }
 
@@ -784,6 +787,148 @@ sub run_nats
 		Time::HiRes::sleep(0.1);
 	}
 	return ($pgid, 0);
+}
+
+# --- Kafka ----------------------------------------------------------------------
+
+# Whether a mock Kafka cluster can be built here, confluent-kafka read
+# it, and $relay serves kafka://
+sub have_kafka
+{
+	my ($relay) = @_;
+	my ($out, $err) = ('', '');
+	return system('pkg-config --exists rdkafka') == 0
+	  && system('python3', '-c', 'import confluent_kafka') == 0
+	  && IPC::Run::run([ $relay, '--version' ], '>', \$out, '2>', \$err)
+	  && $out =~ /^schemes: .*\bkafka\b/m;
+}
+
+# Start librdkafka's mock cluster (test/tools/kafka_mock.c, built into
+# $dir once) with $opts{brokers} brokers (1 by default) on loopback.
+# Returns a handle for kafka_mock and stop_kafka_mock; $mock->{bootstrap}
+# is its "host:port,..." list.  It stops when its input ends, with the
+# test at the latest.
+sub start_kafka_mock
+{
+	my ($dir, %opts) = @_;
+	my $program = "$dir/kafka_mock";
+	my $source = File::Basename::dirname(__FILE__) . '/../tools/kafka_mock.c';
+	unless (-x $program)
+	{
+		my $build = "cc -O1 -o '$program' '$source' \$(pkg-config --cflags --libs rdkafka) 2>&1";
+		my $said = `$build`;
+		die "building the Kafka mock: $said" if $?;
+	}
+	my %mock = (in => '', out => '', err => '', timer => IPC::Run::timeout(60));
+	$mock{harness} = IPC::Run::start([ $program, $opts{brokers} // 1 ],
+		'<', \$mock{in}, '>', \$mock{out}, '2>', \$mock{err}, $mock{timer});
+	$mock{harness}->pump until $mock{out} =~ /\n/;
+	($mock{bootstrap}) = $mock{out} =~ /^(\S+)/;
+	$mock{out} = '';
+	return \%mock;
+}
+
+# One command to the mock ("topic orders 4", "down 1", "up 1", "error
+# Produce 5 19"...), waited for; dies with its error
+sub kafka_mock
+{
+	my ($mock, $command) = @_;
+	$mock->{timer}->start(60);
+	$mock->{in} .= "$command\n";
+	$mock->{harness}->pump until $mock->{out} =~ /^(ok|error.*)$/m;
+	my $answer = $1;
+	$mock->{out} = '';
+	die "kafka_mock $command: $answer" if $answer ne 'ok';
+	return;
+}
+
+sub stop_kafka_mock
+{
+	my ($mock) = @_;
+	$mock->{in} .= "quit\n";
+	$mock->{harness}->finish;
+	return;
+}
+
+# The Kafka of $bootstrap through confluent-kafka: @ops go to the script's
+# stdin as JSON, one answer each comes back.
+#   [ 'read', TOPIC ]: every record of the topic, partition by partition,
+#     each { partition, offset, key, value, headers => [[name, value]] }
+#     with key, value and header values in hex (undef for null);
+#   [ 'produce', TOPIC, [ { key, value, headers => [[name, value]] } ] ]:
+#     produced and flushed (values as text; key_hex instead of key, and a
+#     third element 'hex' after a header's value, for bytes in hex; a
+#     header value undef is null);
+#   [ 'lag', TOPIC, GROUP ]: the sum over the partitions of the high
+#     watermark less the group's committed offset (the low watermark when
+#     it has none).
+my $kafka_py = <<'PY';
+import json, os, sys
+from confluent_kafka import Consumer, Producer, TopicPartition
+bs = os.environ['KAFKA_BOOTSTRAP']
+def hexs(b):
+    return None if b is None else b.hex()
+def consumer(group):
+    return Consumer({'bootstrap.servers': bs, 'group.id': group, 'enable.auto.commit': False,
+                     'log_level': 0})
+out = []
+for op in json.load(sys.stdin):
+    if op[0] == 'read':
+        c = consumer('inbox-test-reader')
+        parts = c.list_topics(op[1], timeout=10).topics[op[1]].partitions
+        recs = []
+        for p in sorted(parts):
+            lo, hi = c.get_watermark_offsets(TopicPartition(op[1], p), timeout=10)
+            if hi <= lo:
+                continue
+            c.assign([TopicPartition(op[1], p, lo)])
+            got = 0
+            while got < hi - lo:
+                m = c.poll(10)
+                if m is None:
+                    raise Exception('reading %s/%d: nothing in 10 s' % (op[1], p))
+                if m.error():
+                    continue
+                recs.append({'partition': p, 'offset': m.offset(), 'key': hexs(m.key()),
+                             'value': hexs(m.value()),
+                             'headers': [[k, hexs(v)] for k, v in (m.headers() or [])]})
+                got += 1
+            c.unassign()
+        c.close()
+        out.append(recs)
+    elif op[0] == 'produce':
+        p = Producer({'bootstrap.servers': bs, 'enable.idempotence': True, 'log_level': 0})
+        for m in op[2]:
+            key = bytes.fromhex(m['key_hex']) if 'key_hex' in m else \
+                m['key'].encode('utf-8') if m.get('key') is not None else None
+            p.produce(op[1], value=m['value'].encode('utf-8'), key=key,
+                      headers=[(h[0], None if h[1] is None else bytes.fromhex(h[1]) if len(h) > 2
+                                else h[1].encode('utf-8')) for h in m.get('headers', [])])
+            p.poll(0)
+        if p.flush(30) != 0:
+            raise Exception('not every message was produced')
+        out.append(None)
+    elif op[0] == 'lag':
+        c = consumer(op[2])
+        parts = c.list_topics(op[1], timeout=10).topics[op[1]].partitions
+        lag = 0
+        for tp in c.committed([TopicPartition(op[1], p) for p in parts], timeout=10):
+            lo, hi = c.get_watermark_offsets(tp, timeout=10)
+            lag += hi - (tp.offset if tp.offset >= 0 else lo)
+        c.close()
+        out.append(lag)
+print(json.dumps(out))
+PY
+
+sub run_kafka
+{
+	my ($bootstrap, @ops) = @_;
+	my ($out, $err) = ('', '');
+	local $ENV{KAFKA_BOOTSTRAP} = $bootstrap;
+	IPC::Run::run([ 'python3', '-c', $kafka_py ], '<', \JSON::PP::encode_json(\@ops), '>', \$out,
+		'2>', \$err, IPC::Run::timeout(300))
+	  or die "confluent-kafka: $err";
+	return @{ JSON::PP::decode_json($out) };
 }
 
 1;

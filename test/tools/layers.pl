@@ -49,6 +49,7 @@ my @relay_layers = (
 		transports =>
 		  [ amqp => qw(amqp.c amqp_connect.c amqp_source.c amqp_internal.h) ],
 		[ nats => qw(nats.c nats_source.c nats_internal.h) ],
+		[ kafka => qw(kafka.c kafka_connect.c kafka_source.c kafka_internal.h) ],
 		[ webhook => qw(webhook.c) ],
 		[ postgres => qw(postgres.c) ],
 	],
