@@ -11,7 +11,9 @@
 # - a route added while the relay runs with --refresh=3600 is picked up
 #   (on the routes' notification) and delivered to; dropped likewise;
 # - a child that fails at once is started again after 1, 2, 4 ... s;
-# - a target of a scheme the relay does not serve is not restarted;
+# - a relay built without librdkafka and libnats (RELAY_WITHOUT) leaves
+#   kafka and nats out of --version, and its target of a scheme it does
+#   not serve is not restarted;
 # - children die with their supervisor (SIGKILL), and a new relay
 #   delivers what they had leased;
 # - --verbose logs per batch, and twice per delivery.
@@ -30,6 +32,7 @@ my $node = InboxTest->node('relay_daemon', conf => "inbox.purge_enabled = off\n"
 my $relay = InboxTest::relay_or_skip($node);
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('relay_daemon');
+my $top = "$FindBin::RealBin/../..";
 my @groups;
 END
 {
@@ -91,7 +94,8 @@ my $hook = "http://127.0.0.1:$http_port/hook";
 sub start_relay
 {
 	my ($log, $env, @args) = @_;
-	my $pid = InboxTest::start_group($log, $env, $relay, @args);
+	my $bin = ref $args[0] eq 'SCALAR' ? ${ shift @args } : $relay;
+	my $pid = InboxTest::start_group($log, $env, $bin, @args);
 	push @groups, $pid;
 	return $pid;
 }
@@ -224,21 +228,43 @@ my $starts = () = log_of($f_log) =~ /process \d+ started/g;
 cmp_ok($starts, '<=', scalar(@delays) + 1, 'one start per delay, no more');
 
 # --- a scheme this relay does not serve ------------------------------------------------------
-# outbox_route refuses a scheme the relay does not serve: the row is
-# written under it, as an older outbox may hold one.  The child records
-# the reason as the route's last error (outbox_report), and is not
-# started again.
+# A relay built without librdkafka and libnats (RELAY_WITHOUT, as on a
+# machine without them) serves the other schemes, and leaves kafka and
+# nats out of --version.  A route to kafka:// is then not served: the
+# child records the reason as the route's last error (outbox_report), and
+# is not started again.
+my $lean_src = "$tmp/lean";
+my ($make_out, $make_err) = ('', '');
+ok( IPC::Run::run(
+		[
+			'sh', '-c',
+			"mkdir -p '$lean_src/relay' && cp '$top/inbox.control' '$lean_src/' && "
+			  . "cp '$top'/relay/*.c '$top'/relay/*.h '$top/relay/Makefile' '$lean_src/relay/' && "
+			  . "make -s -C '$lean_src/relay' RELAY_WITHOUT='kafka nats' PG_CONFIG='"
+			  . $node->config_data('--bindir') . "/pg_config'"
+		],
+		'>', \$make_out, '2>', \$make_err),
+	'the relay builds without Kafka and NATS (RELAY_WITHOUT)') or diag($make_err);
+my $lean = "$lean_src/relay/inbox-relay";
+($out, $err) = ('', '');
+IPC::Run::run([ $lean, '--version' ], '>', \$out, '2>', \$err);
+my ($lean_schemes) = $out =~ /^schemes: (.*)$/m;
+my ($lean_sources) = $out =~ /^sources: (.*)$/m;
+is(join(' ', sort split / /, $lean_schemes), join(' ', sort grep { !/^(?:kafka|nats)$/ } split / /, $schemes),
+	'without the libraries, --version lists every scheme but kafka and nats');
+is($lean_sources, 'amqp amqps', 'and every source but kafka and nats');
+like($schemes, qr/\bkafka\b.*\bnats\b|\bnats\b.*\bkafka\b/, 'with them, it lists kafka and nats');
 my $kafka = 'kafka://127.0.0.1:9/orders';
-$node->safe_psql('postgres', "INSERT INTO inbox.outbox_routes (topic, target) VALUES ('unserved', '$kafka')");
+$node->safe_psql('postgres', "SELECT outbox_route('unserved', '$kafka')");
 my $u_log = "$tmp/relay-unserved.log";
-my $u = start_relay($u_log, {}, "--target=$kafka", $conninfo);
+my $u = start_relay($u_log, {}, \$lean, "--target=$kafka", $conninfo);
 my $unserved_error = sub {
 	$node->safe_psql('postgres', q{SELECT coalesce(last_error, '(none)') || ' / ' || (last_error_at IS NOT NULL)
 		FROM outbox_stats WHERE topic = 'unserved'});
 };
 ok(wait_until(30, sub { $unserved_error->() =~ /serves no such scheme/ }),
 	'the route\'s last error is recorded');
-like($unserved_error->(), qr/^this relay serves no such scheme; it serves: \Q$schemes\E \/ true$/,
+like($unserved_error->(), qr/^this relay serves no such scheme; it serves: \Q$lean_schemes\E \/ true$/,
 	'outbox_stats: last_error says the scheme is not served, and names those served; last_error_at is set');
 like(log_of($u_log), qr/no transport for this target/, 'the relay says it serves no such scheme');
 unlike(log_of($u_log), qr/recording that failure failed/, 'recording the failure did not fail');
@@ -246,7 +272,7 @@ sleep 3;
 my $u_starts = () = log_of($u_log) =~ /process \d+ started/g;
 is($u_starts, 1, 'a target of a scheme not served is not started again');
 stop_relay($u);
-$node->safe_psql('postgres', "DELETE FROM inbox.outbox_routes WHERE topic = 'unserved'");
+$node->safe_psql('postgres', "SELECT outbox_unroute('unserved', '$kafka')");
 
 # --- children die with their supervisor ------------------------------------------------------
 $node->sql("SELECT outbox_route('slow', '$hook', '{\"backoff\": \"1 second\"}')");
