@@ -353,5 +353,5 @@ source_check(const char *url, const char *secret, char *error)
 	return ok;
 }
 
-const RelaySource relay_amqp_source = {"amqp://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check};
-const RelaySource relay_amqps_source = {"amqps://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check};
+const RelaySource relay_amqp_source = {"amqp://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check, NULL};
+const RelaySource relay_amqps_source = {"amqps://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check, NULL};

@@ -14,7 +14,7 @@
  * port, with no request.  With --management, an AMQP target's exchange
  * must also have a binding its messages could follow (management.c).
  * Then each subscription's source, after the targets
- * (relay_check_sources).  One line per target or source on stdout, "OK
+ * (check_sources).  One line per target or source on stdout, "OK
  * NAME" or "FAIL NAME: REASON"; the exit status is 0 when every line is
  * OK, 1 otherwise (or when the database cannot be read), 2 on a wrong
  * command line.  Nothing is fetched, published or acknowledged.
@@ -121,6 +121,38 @@ tcp_reachable(const char *url, char *error)
 	free(host);
 	free(port);
 	return ok;
+}
+
+/*
+ * For "inbox-relay check": each subscription's source opened and its queue
+ * looked for, nothing taken; one line each, as for the targets.  How many
+ * failed.  A database without subscriptions (older than 1.2.0) has none.
+ */
+static int
+check_sources(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT DISTINCT s.source FROM inbox_subscriptions AS s ORDER BY 1");
+	int			failures = 0;
+
+	for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
+	{
+		const char *source = PQgetvalue(res, i, 0);
+		const RelaySource *src = relay_source_for(source);
+		char		error[RELAY_ERROR_SIZE] = "this relay reads no source of this scheme";
+		char	   *secret = relay_secret_for(source);
+
+		if (src != NULL && src->check(source, secret, error))
+			printf("OK %s\n", source);
+		else
+		{
+			printf("FAIL %s: %.*s\n", source, (int) strcspn(error, "\n"), error);
+			failures++;
+		}
+		fflush(stdout);
+		free(secret);
+	}
+	PQclear(res);
+	return failures;
 }
 
 /* One target: whether it is OK, with error filled when not */
@@ -247,7 +279,7 @@ relay_check_main(int argc, char **argv)
 		fflush(stdout);
 	}
 	PQclear(res);
-	failures += relay_check_sources(conn);
+	failures += check_sources(conn);
 	PQfinish(conn);
 	return failures > 0 ? 1 : 0;
 }

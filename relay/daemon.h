@@ -105,7 +105,6 @@ extern void relay_beat_idle(PGconn *conn, const char *target);
 /* ingest.c: a child that reads a subscription's source into its scope */
 extern int	relay_ingest(const char *scope, const char *source);
 extern void relay_ingest_free(RelayIngest *m, int n);
-extern int	relay_check_sources(PGconn *conn);
 
 /* check.c: inbox-relay check CONNINFO */
 extern int	relay_check_main(int argc, char **argv);

@@ -56,6 +56,12 @@
 /* How long a fetch waits for a first message, so that a stop is seen */
 #define FETCH_WAIT_MS 1000
 
+/*
+ * With --once, how many empty fetches a source that knows its end (a
+ * Kafka consumer waiting for the group's assignment) gets to reach it
+ */
+#define ONCE_WAITS_MAX 60
+
 typedef enum Written
 {
 	WRITTEN,					/* committed */
@@ -572,6 +578,7 @@ relay_ingest(const char *scope, const char *source)
 	int			status = 0;
 	bool		reread = true;
 	double		idle_beat = 0;
+	int			once_waits = 0;
 
 	relay_log_prefix(source);
 	if ((g.src = relay_source_for(source)) == NULL)
@@ -645,8 +652,15 @@ relay_ingest(const char *scope, const char *source)
 			g.in = NULL;
 			continue;
 		}
-		if (n == 0 && relay_options.once)
+		/* --once: done when the source has nothing more for this reader */
+		if (n == 0 && relay_options.once &&
+			(g.src->at_end == NULL || g.src->at_end(g.in) || ++once_waits > ONCE_WAITS_MAX))
+		{
+			if (once_waits > ONCE_WAITS_MAX)
+				relay_log("--once: the source did not say it was read to its end in %d s; stopping",
+						  ONCE_WAITS_MAX);
 			break;
+		}
 		if (n > 0)
 		{
 			double		started = relay_metrics_fetched(n);
@@ -671,36 +685,4 @@ relay_ingest(const char *scope, const char *source)
 		g.src->close(g.in);
 	PQfinish(g.conn);
 	return status;
-}
-
-/*
- * For "inbox-relay check": each subscription's source opened and its queue
- * looked for, nothing taken; one line each, as for the targets.  How many
- * failed.  A database without subscriptions (older than 1.2.0) has none.
- */
-int
-relay_check_sources(PGconn *conn)
-{
-	PGresult   *res = PQexec(conn, "SELECT DISTINCT s.source FROM inbox_subscriptions AS s ORDER BY 1");
-	int			failures = 0;
-
-	for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
-	{
-		const char *source = PQgetvalue(res, i, 0);
-		const RelaySource *src = relay_source_for(source);
-		char		error[RELAY_ERROR_SIZE] = "this relay reads no source of this scheme";
-		char	   *secret = relay_secret_for(source);
-
-		if (src != NULL && src->check(source, secret, error))
-			printf("OK %s\n", source);
-		else
-		{
-			printf("FAIL %s: %.*s\n", source, (int) strcspn(error, "\n"), error);
-			failures++;
-		}
-		fflush(stdout);
-		free(secret);
-	}
-	PQclear(res);
-	return failures;
 }

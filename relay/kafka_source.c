@@ -48,6 +48,7 @@ typedef struct Part
 	int64_t		acked_to;		/* its first offset not acknowledged, -1 none
 								 * fetched since it was assigned */
 	int64_t		fetched_to;		/* after the last offset fetched */
+	bool		at_end;			/* read to its end, nothing since */
 } Part;
 
 struct RelayInlet
@@ -68,7 +69,7 @@ part_of(RelayInlet *in, int32_t partition)
 	in->parts = realloc(in->parts, (in->nparts + 1) * sizeof(Part));
 	in->parts[in->nparts] = (Part)
 	{
-		partition, false, -1, -1
+		partition, false, -1, -1, false
 	};
 	return &in->parts[in->nparts++];
 }
@@ -89,6 +90,7 @@ rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list
 
 		p->assigned = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
 		p->acked_to = p->fetched_to = -1;
+		p->at_end = false;
 	}
 	relay_log("the group %s %d partition(s) of topic %s", err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ?
 			  "assigned this relay" : "took back", list->cnt, in->topic);
@@ -121,20 +123,29 @@ topic_of(const char *url, char *error)
 	return topic;
 }
 
+/* The broker's answer to a commit: only a failure is said */
+static void
+commit_done(rd_kafka_t *rk, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t *offsets, void *opaque)
+{
+	if (err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET)
+		relay_log("committing offsets failed (the messages will be read again, as duplicates): %s",
+				  rd_kafka_err2str(err));
+}
+
 static RelayInlet *
 inlet_open(const char *url, const char *secret, const char *options, int prefetch, char *error)
 {
 	RelayInlet *in = calloc(1, sizeof(RelayInlet));
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	char	   *group = relay_url_param(url, "group");
-	char		queued[32];
 	rd_kafka_topic_partition_list_t *topics;
 	rd_kafka_resp_err_t err;
 
 	(void) options;
-	snprintf(queued, sizeof(queued), "%d", prefetch < 1 ? 1 : prefetch);
+	(void) prefetch;
 	rd_kafka_conf_set_opaque(conf, in);
 	rd_kafka_conf_set_rebalance_cb(conf, rebalance);
+	rd_kafka_conf_set_offset_commit_cb(conf, commit_done);
 	if ((in->topic = topic_of(url, error)) == NULL)
 		;
 	else if (group == NULL || group[0] == '\0')
@@ -144,9 +155,16 @@ inlet_open(const char *url, const char *secret, const char *options, int prefetc
 			 relay_kafka_set(conf, "enable.auto.commit", "false", error) &&
 			 relay_kafka_set(conf, "enable.auto.offset.store", "false", error) &&
 			 relay_kafka_set(conf, "auto.offset.reset", "earliest", error) &&
+			 relay_kafka_set(conf, "enable.partition.eof", "true", error) &&
 			 relay_kafka_set(conf, "session.timeout.ms", "10000", error) &&
 			 relay_kafka_set(conf, "heartbeat.interval.ms", "1000", error) &&
-			 relay_kafka_set(conf, "queued.min.messages", queued, error) &&
+			 /*
+			  * Read ahead as librdkafka does by default (a local queue of
+			  * up to 16 MB): unlike a queue's prefetch, what a Kafka
+			  * consumer has read ahead is held nowhere but here, and a
+			  * small local queue starves its fetcher between refills
+			  */
+			 relay_kafka_set(conf, "queued.max.messages.kbytes", "16384", error) &&
 			 (in->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, RELAY_ERROR_SIZE)) != NULL)
 		conf = NULL;
 	free(group);
@@ -273,8 +291,8 @@ inlet_fetch(RelayInlet *in, RelayIngest *out, int max, int wait_ms, char *error)
 
 	while (n < max && in->broken[0] == '\0')
 	{
-		/* Until a first message or wait_ms, then what has come */
-		int			left = n == 0 ? (int) ((until - relay_now()) * 1000) : 0;
+		/* Until a first message or wait_ms, then while they keep coming */
+		int			left = n == 0 ? (int) ((until - relay_now()) * 1000) : RELAY_LINGER_MS;
 		rd_kafka_message_t *r = rd_kafka_consumer_poll(in->rk, left > 0 ? left : 0);
 
 		if (r == NULL)
@@ -283,6 +301,8 @@ inlet_fetch(RelayInlet *in, RelayIngest *out, int max, int wait_ms, char *error)
 				break;
 			continue;
 		}
+		if (r->err == RD_KAFKA_RESP_ERR_NO_ERROR || r->err == RD_KAFKA_RESP_ERR__PARTITION_EOF)
+			part_of(in, r->partition)->at_end = r->err != RD_KAFKA_RESP_ERR_NO_ERROR;
 		if (r->err == RD_KAFKA_RESP_ERR_NO_ERROR)
 			take_record(in, r, &out[n++]);
 		else if (ends_inlet(r->err))
@@ -340,8 +360,15 @@ inlet_ack(RelayInlet *in, const RelayIngest *m, int n, char *error)
 			continue;
 		e->offset = offset + 1;
 	}
+	/*
+	 * Committed without waiting for the broker's answer: what matters is
+	 * that no offset is committed before the database commit, and these
+	 * messages are in the inbox.  A commit that does not reach the broker
+	 * (a relay killed first, a broker gone) leaves them to be read again,
+	 * found as duplicates and acknowledged then; commit_done logs it.
+	 */
 	if (list->cnt > 0)
-		err = rd_kafka_commit(in->rk, list, 0);
+		err = rd_kafka_commit(in->rk, list, 1);
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 		for (int i = 0; i < list->cnt; i++)
 		{
@@ -370,6 +397,7 @@ inlet_release(RelayInlet *in)
 			continue;
 		rd_kafka_topic_partition_list_add(list, in->topic, p->partition)->offset = p->acked_to;
 		p->fetched_to = p->acked_to;
+		p->at_end = false;
 	}
 	if (list->cnt > 0)
 	{
@@ -411,4 +439,22 @@ source_check(const char *url, const char *secret, char *error)
 	return ok;
 }
 
-const RelaySource relay_kafka_source = {"kafka://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check};
+/* Every partition the group assigned this relay read to its end */
+static bool
+inlet_at_end(RelayInlet *in)
+{
+	bool		any = false;
+
+	for (int i = 0; i < in->nparts; i++)
+	{
+		if (!in->parts[i].assigned)
+			continue;
+		if (!in->parts[i].at_end)
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+const RelaySource relay_kafka_source = {"kafka://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close,
+source_check, inlet_at_end};

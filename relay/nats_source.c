@@ -402,4 +402,4 @@ source_check(const char *url, const char *secret, char *error)
 	return s == NATS_OK;
 }
 
-const RelaySource relay_nats_source = {"nats://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check};
+const RelaySource relay_nats_source = {"nats://", inlet_open, inlet_fetch, inlet_ack, inlet_release, inlet_close, source_check, NULL};

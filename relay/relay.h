@@ -160,6 +160,15 @@ typedef struct RelaySource
 	void		(*release) (RelayInlet *inlet);
 	void		(*close) (RelayInlet *inlet);
 	bool		(*check) (const char *url, const char *secret, char *error);
+
+	/*
+	 * Optional: whether the inlet has read all its source holds for it,
+	 * for --once, after a fetch that brought nothing.  NULL where such a
+	 * fetch says so itself; a Kafka consumer's says nothing until the
+	 * group has assigned it its partitions and it has read each to its
+	 * end.
+	 */
+	bool		(*at_end) (RelayInlet *inlet);
 } RelaySource;
 
 extern const RelaySource relay_amqp_source;

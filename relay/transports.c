@@ -19,11 +19,11 @@
 
 static const RelayTransport *const transports[] = {
 	&relay_amqp, &relay_amqps, &relay_http, &relay_https, &relay_postgresql, &relay_postgres,
-#ifdef RELAY_HAVE_NATS
-	&relay_nats,
-#endif
 #ifdef RELAY_HAVE_KAFKA
 	&relay_kafka,
+#endif
+#ifdef RELAY_HAVE_NATS
+	&relay_nats,
 #endif
 };
 
@@ -31,11 +31,11 @@ static const RelayTransport *const transports[] = {
 
 static const RelaySource *const sources[] = {
 	&relay_amqp_source, &relay_amqps_source,
-#ifdef RELAY_HAVE_NATS
-	&relay_nats_source,
-#endif
 #ifdef RELAY_HAVE_KAFKA
 	&relay_kafka_source,
+#endif
+#ifdef RELAY_HAVE_NATS
+	&relay_nats_source,
 #endif
 };
 

@@ -196,6 +196,40 @@ if command -v nats-server >/dev/null && pkg-config --exists libnats && "$br_bin"
 else
 	bt_why="$bt_why NATS (nats-server, libnats-dev and a relay built with it);"
 fi
+if "$br_bin" --version | grep -qw kafka && python3 -c 'import confluent_kafka' 2>/dev/null; then
+	cc -O2 -o "$work/kafka_mock" "$here/../tools/kafka_mock.c" $(pkg-config --cflags --libs rdkafka) ||
+		fail "kafka_mock.c did not build"
+	mkfifo "$work/kafka.in"
+	setsid "$work/kafka_mock" 1 <"$work/kafka.in" >"$work/kafka.out" 2>"$work/kafka.err" &
+	bt_kafka_pid=$!
+	disown "$bt_kafka_pid"
+	exec 7>"$work/kafka.in"
+	if declare -F cluster_before_cleanup >/dev/null; then
+		eval "bk_earlier_cleanup() $(declare -f cluster_before_cleanup | tail -n +2)"
+	fi
+	cluster_before_cleanup()
+	{
+		kill -KILL "$bt_kafka_pid" 2>/dev/null
+		declare -F bk_earlier_cleanup >/dev/null && bk_earlier_cleanup "$@"
+		return 0
+	}
+	for _ in $(seq 100); do
+		[ -s "$work/kafka.out" ] && break
+		sleep 0.1
+	done
+	bt_kafka=$(head -n 1 "$work/kafka.out")
+	echo "topic bench-out 4" >&7
+	echo "topic ingest-in 4" >&7
+	for _ in $(seq 100); do
+		[ "$(grep -c '^ok' "$work/kafka.out")" = 2 ] && break
+		sleep 0.1
+	done
+	[ "$(grep -c '^ok' "$work/kafka.out")" = 2 ] || fail "the Kafka mock did not make its topics: $(cat "$work/kafka.out" "$work/kafka.err")"
+	bt_to[kafka]="kafka://$bt_kafka/bench-out"
+	bt_sides+=(kafka)
+else
+	bt_why="$bt_why Kafka (librdkafka-dev, python3-confluent-kafka and a relay built with it);"
+fi
 if [ -n "$bt_why" ]; then
 	echo "Left out:$bt_why"
 	echo
@@ -319,7 +353,13 @@ if [ -n "${bt_to[nats]:-}" ]; then
 		'nats://127.0.0.1:$bt_nats_port/INGEST?consumer=bench')" >/dev/null
 	bi_sides+=(nats)
 fi
-declare -A bi_source=([nats]="nats://127.0.0.1:${bt_nats_port:-0}/INGEST?consumer=bench")
+if [ -n "${bt_to[kafka]:-}" ]; then
+	psql -X -q -v ON_ERROR_STOP=1 -d ingest_bench -c "SELECT inbox_subscribe('ingest_kafka',
+		'kafka://$bt_kafka/ingest-in?group=bench')" >/dev/null
+	bi_sides+=(kafka)
+fi
+declare -A bi_source=([nats]="nats://127.0.0.1:${bt_nats_port:-0}/INGEST?consumer=bench"
+	[kafka]="kafka://${bt_kafka:-}/ingest-in?group=bench")
 
 # bi_fill SIDE ROUND: br_messages messages into SIDE's topic or stream;
 # prints the producer's rate
@@ -333,6 +373,23 @@ bi_fill()
 				printf "ingest.in\t%s-%d\tapplication/json\t{\"n\": %d}\tkey=k%d\n", r, i, i, i % 1000 }' |
 				"$work/nats_tool" "nats://127.0.0.1:$bt_nats_port" publish >/dev/null || fail "filling NATS failed"
 			;;
+		kafka)
+			KAFKA_BOOTSTRAP=$bt_kafka python3 - "$br_messages" "$2" <<'PY' || fail "filling Kafka failed"
+import os, sys
+from confluent_kafka import Producer
+n, r = int(sys.argv[1]), sys.argv[2]
+p = Producer({'bootstrap.servers': os.environ['KAFKA_BOOTSTRAP'], 'enable.idempotence': True,
+              'linger.ms': 5})
+failed = []
+for i in range(n):
+    p.produce('ingest-in', value=('{"n": %d}' % i).encode(), key=('k%d' % (i % 1000)).encode(),
+              headers=[('message-id', ('%s-%d' % (r, i)).encode()), ('content-type', b'application/json')],
+              on_delivery=lambda err, msg: err and failed.append(err))
+    p.poll(0)
+p.flush(60)
+sys.exit(1 if failed or len(p) else 0)
+PY
+			;;
 	esac
 	t1=$(date +%s.%N)
 	awk -v n="$br_messages" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f\n", n / (b - a) }'
@@ -343,27 +400,62 @@ if [ ${#bi_sides[@]} -gt 0 ]; then
 	echo
 	echo "- $br_messages JSON messages with an id header on 1,000 keys per drain, inbox-relay --once --source, default options, $br_rounds drains of each source after one uncounted, medians"
 	echo
-	echo "| source | median msg/s | min | max | its fill, median msg/s |"
-	echo "|---|---:|---:|---:|---:|"
+	echo "| source | median msg/s | min | max | once reading, msg/s | to the first write, ms | its fill, msg/s | a bare consumer, msg/s |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 	for side in "${bi_sides[@]}"; do
-		rates="" fills=""
+		rates="" fills="" reading="" starts=""
 		for ((k = 0; k <= br_rounds; k++)); do
 			f=$(bi_fill "$side" "$side-$k") || exit 1
 			sql "CHECKPOINT" >/dev/null
 			t0=$(date +%s.%N)
 			"$br_bin" --once --source="${bi_source[$side]}" "dbname=ingest_bench" 2>>"$work/ingest.log" ||
 				fail "inbox-relay (ingest from $side) failed: $(tail -n 5 "$work/ingest.log")"
-			read -r got t1 <<<"$(psql -X -tA -F ' ' -d ingest_bench -c "SELECT count(*),
-				extract(epoch FROM max(received_at)) FROM inbox.entries
+			read -r got tf t1 <<<"$(psql -X -tA -F ' ' -d ingest_bench -c "SELECT count(*),
+				extract(epoch FROM min(received_at)), extract(epoch FROM max(received_at)) FROM inbox.entries
 				WHERE scope = 'ingest_$side' AND received_at >= to_timestamp($t0)")"
 			[ "$got" = "$br_messages" ] || fail "ingest from $side wrote $got messages, not $br_messages"
 			[ "$k" = 0 ] && continue
 			rates="$rates $(awk -v n="$br_messages" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')"
+			reading="$reading $(awk -v n="$br_messages" -v a="$tf" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')"
+			starts="$starts $(awk -v a="$t0" -v b="$tf" 'BEGIN { printf "%.0f", 1000 * (b - a) }')"
 			fills="$fills $f"
 		done
+		ceiling=n/a
+		if [ "$side" = kafka ]; then
+			# A consumer that only reads and commits, from its first message
+			ceiling=$(KAFKA_BOOTSTRAP=$bt_kafka python3 - "$br_messages" <<'PY'
+import os, sys, time
+from confluent_kafka import Consumer, TopicPartition
+n = int(sys.argv[1])
+c = Consumer({'bootstrap.servers': os.environ['KAFKA_BOOTSTRAP'], 'group.id': 'ceiling-%d' % time.time_ns(),
+              'enable.auto.commit': False, 'auto.offset.reset': 'latest'})
+c.subscribe(['ingest-in'])
+got, t0 = 0, None
+# the newest n messages: each partition from its end less its share
+while not c.assignment():
+    c.poll(0.1)
+ends = [c.get_watermark_offsets(p) for p in c.assignment()]
+total = sum(h - l for l, h in ends)
+for p, (l, h) in zip(c.assignment(), ends):
+    c.seek(TopicPartition(p.topic, p.partition, max(l, h - n * (h - l) // total)))
+while got < n:
+    m = c.poll(1.0)
+    if m is None or m.error():
+        continue
+    t0 = t0 or time.time()
+    got += 1
+    if got % 100 == 0:
+        c.commit(asynchronous=True)
+print('%.0f' % (n / (time.time() - t0)))
+c.close()
+PY
+)
+		fi
 		read -r m lo hi <<<"$(stats "$rates")"
+		read -r rm _ _ <<<"$(stats "$reading")"
+		read -r sm _ _ <<<"$(stats "$starts")"
 		read -r fm _ _ <<<"$(stats "$fills")"
-		echo "| $side | $m | $lo | $hi | $fm |"
+		echo "| $side | $m | $lo | $hi | $rm | $sm | $fm | $ceiling |"
 	done
 	echo
 fi

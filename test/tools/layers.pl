@@ -30,7 +30,7 @@ my $max_lines = $relay ? 700 : 850;
 my @relay_layers = (
 	[
 		'supervisor and commands' =>
-		  [ supervisor => qw(inbox-relay.c) ],
+		  [ supervisor => qw(inbox-relay.c options.c) ],
 		[ check => qw(check.c check.h) ],
 		[ management => qw(management.c management.h) ],
 	],
