@@ -852,6 +852,11 @@ none_ok(\@session_set, 'a caller changes an inbox setting for its transaction on
 # --- the README and the map of docs/ ------------------------------------------------------
 
 cmp_ok(length(Encode::encode('UTF-8', $readme)), '<=', 20000, 'README.md is at most 20,000 bytes');
+# The relay's pages, each read whole by someone setting up one broker
+for my $page (qw(relay.md ingest.md quickstart-ingest.md))
+{
+	cmp_ok(-s "$top/docs/$page", '<=', 20000, "docs/$page is at most 20,000 bytes");
+}
 my $index = read_file("$top/docs/README.md");
 my %linked = map { $_ => 1 } grep { !m{/} } $index =~ /\]\(([^)#\s]+\.md)(?:#[^)]*)?\)/g;
 my %docs_pages = map { s{^.*/}{}r => 1 } grep { !m{/README\.md$} } glob("$top/docs/*.md");
