@@ -15,6 +15,9 @@
 #     stored id (IB002) and invalid JSON under application/json (after
 #     max_attempts) are rejects, and the messages after them go in;
 #     headers arrive;
+#   - hostile strings: quotes, backslashes, UTF-8 and a 1,024-byte id
+#     arrive exactly; a header value's spaces at its ends do not (NATS
+#     headers, as HTTP's, drop them);
 #   - faults: the database restarted, the scope's grant revoked for a
 #     while, nats-server killed and restarted (its store on disk): nothing
 #     lost, nothing doubled, the consumer's num_pending and
@@ -225,6 +228,31 @@ stop_relay($r2);
 is(sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders' AND message_id ~ '^[dgr]\d\d$'}), 55,
 	'nothing lost, nothing doubled through the faults');
 is(pending(), 'num_pending 0 num_ack_pending 0', 'the consumer has nothing pending or unacknowledged');
+
+# --- hostile strings: ids and headers arrive exactly, one message each ---------------------------
+# NATS headers are text lines: quotes, backslashes, UTF-8 and the longest
+# id the inbox keeps travel as they are.  (This file's strings are UTF-8
+# bytes; compared in hex.)
+my %hostile = (
+	'h1' => [ q{it's "quoted" \\ back}, q{a "b" 'c' \\ d} ],
+	'h2' => [ "\x{c3}\x{bc}n\x{c3}\x{af}c\x{c3}\x{b8}d\x{c3}\x{a9} \x{e2}\x{9c}\x{93}", "\x{e2}\x{82}\x{ac} 100" ],
+	'h3' => [ 'x' x 1024, ' leading and trailing ', 'leading and trailing' ],);
+my $r3_log = "$tmp/relay3.log";
+my $r3 = start_relay($r3_log);
+publish(map { [ 'orders.hostile', $hostile{$_}[0], 'application/json', qq({"h": "$_"}), "x-note=$hostile{$_}[1]" ] }
+	  sort keys %hostile);
+ok(wait_until(60, sub { sql(q{SELECT count(*) FROM inbox.entries WHERE scope = 'orders' AND payload ? 'h'}) == 3 }),
+	'the three messages with hostile ids and headers go in')
+  or diag(log_of($r3_log));
+stop_relay($r3);
+for my $h (sort keys %hostile)
+{
+	is( sql(qq{SELECT encode(convert_to(message_id, 'UTF8'), 'hex') || ' ' || encode(convert_to(headers ->> 'x-note', 'UTF8'), 'hex')
+		FROM inbox.entries WHERE scope = 'orders' AND payload ->> 'h' = '$h'}),
+		unpack('H*', $hostile{$h}[0]) . ' ' . unpack('H*', $hostile{$h}[2] // $hostile{$h}[1]),
+		"message $h: its id and its header arrive byte for byte"
+		  . ($hostile{$h}[2] ? ', but the spaces at the value\'s ends, which NATS, as HTTP, does not keep' : ''));
+}
 
 # --- check ----------------------------------------------------------------------------------------
 my $missing = "nats://127.0.0.1:$port/MISSING?consumer=D";
