@@ -198,7 +198,7 @@ case "$mode" in
 	bench)
 		# The last release, built into a private copy of the server, for
 		# test/bench/versus.sh to run beside the new build
-		release=${BENCH_BASELINE:-v1.0.0}
+		release=${BENCH_BASELINE:-v1.1.0}
 		baseline_bindir='' baseline_why=''
 		if [ "${BENCH_SKIP_VERSUS:-0}" = 0 ] && [ "${BENCH_SKIP_CLAIMS:-0}" = 0 ]; then
 			baseline=$(mktemp -d "${TMPDIR:-/tmp}/inbox-release.XXXXXX")
