@@ -10,6 +10,8 @@
 #	    relay    inbox-relay --once --source=URL, default options (batches of
 #	             100 into inbox_receive_many, acknowledged after COMMIT), or
 #	             those of BENCH_BROKERS_OPTIONS (JSON)
+#	    big      the same with batches of 500 (the option batch), for the
+#	             record: what a batch's size does to the rate
 #	    grouped  the same with group_key "header:key": each key's messages
 #	             in its group, for workers that keep its order
 #	    ack      the broker's ceiling: a librabbitmq consumer (hand_ingest.c)
@@ -59,14 +61,15 @@ br_source()
 {
 	echo "amqp://guest@127.0.0.1:$rl_amqp/%2F?queue=ingest-$1"
 }
-printf '%s guest\n' "$(br_source relay)" "$(br_source grouped)" >"$work/ingest.secrets"
+printf '%s guest\n' "$(br_source relay)" "$(br_source big)" "$(br_source grouped)" >"$work/ingest.secrets"
 chmod 600 "$work/ingest.secrets"
-for q in relay grouped ack loop; do
+for q in relay big grouped ack loop; do
 	rl_pika purge "ingest-$q" >/dev/null
 done
 psql -X -q -v ON_ERROR_STOP=1 -d ingest_bench >/dev/null <<SQL
 CREATE EXTENSION inbox;
 SELECT inbox_subscribe('ingest_relay', '$(br_source relay)', '$br_options');
+SELECT inbox_subscribe('ingest_big', '$(br_source big)', '$br_options'::jsonb || '{"batch": 500}');
 SELECT inbox_subscribe('ingest_grouped', '$(br_source grouped)',
 	'$br_options'::jsonb || '{"group_key": "header:key"}');
 SQL
@@ -89,7 +92,7 @@ br_drain()
 	local t0 t1 got
 	t0=$(date +%s.%N)
 	case $1 in
-		relay | grouped)
+		relay | big | grouped)
 			"$br_bin" --once --secrets="$work/ingest.secrets" --source="$(br_source "$1")" \
 				"dbname=ingest_bench" 2>>"$work/ingest.log" ||
 				fail "inbox-relay ($1) failed: $(tail -n 5 "$work/ingest.log")"
@@ -116,7 +119,7 @@ br_drain()
 }
 
 declare -A br_rates=() br_fills=()
-read -ra br_sides <<<"${BENCH_BROKERS_SIDES:-relay grouped ack loop}"
+read -ra br_sides <<<"${BENCH_BROKERS_SIDES:-relay big grouped ack loop}"
 br_n=${#br_sides[@]}
 read -ra br_circuit <<<"$(circuit "$br_n")"
 # One uncounted drain of each side, ending with the circuit's last side
@@ -153,6 +156,8 @@ if [ -n "${br_m[relay]:-}" ] && [ -n "${br_m[ack]:-}" ] && [ -n "${br_m[loop]:-}
 	echo "ingest / the broker's ceiling (a consumer that only acknowledges): $br_ratio (target >= 0.5: $(awk -v r="$br_ratio" 'BEGIN { print (r >= 0.5) ? "met" : "NOT met" }'))"
 	echo "ingest / the hand-written loop (receive, commit, ack per message): $(awk -v a="${br_m[relay]}" -v b="${br_m[loop]}" 'BEGIN { printf "%.3f", a / b }') (no target)"
 	echo "ingest with group_key / without: $(awk -v a="${br_m[grouped]}" -v b="${br_m[relay]}" 'BEGIN { printf "%.3f", a / b }') (no target: what keeping each key's order costs)"
+	[ -n "${br_m[big]:-}" ] &&
+		echo "ingest in batches of 500 / the broker's ceiling: $(awk -v a="${br_m[big]}" -v b="${br_m[ack]}" 'BEGIN { printf "%.3f", a / b }') (for the record)"
 fi
 echo
 
